@@ -1,0 +1,57 @@
+"""Errors raised by torchrbd. Every message names what was wrong and what was expected."""
+
+from __future__ import annotations
+
+import difflib
+
+
+def closest(name: str, candidates, n: int = 3) -> list[str]:
+    """The valid names closest to a mistyped one (for error messages)."""
+    return difflib.get_close_matches(str(name), [str(c) for c in candidates], n=n, cutoff=0.5)
+
+
+def _suggest(name, candidates) -> str:
+    near = closest(name, candidates)
+    return f"; did you mean {', '.join(repr(c) for c in near)}?" if near else ""
+
+
+class TorchRBDError(Exception):
+    """Base class of torchrbd's own errors."""
+
+
+class ModelError(TorchRBDError, ValueError):
+    """A model file or model object that cannot be turned into a valid tree."""
+
+
+class FrameNotFoundError(TorchRBDError, KeyError):
+    """A frame (link or site) name that the model does not have."""
+
+    def __init__(self, name, valid, model_name: str = "model"):
+        self.name = name
+        self.valid = list(valid)
+        msg = f"unknown frame {name!r} in {model_name}{_suggest(name, self.valid)}"
+        super().__init__(msg)
+
+    def __str__(self):  # KeyError would quote the message
+        return self.args[0]
+
+
+class JointNotFoundError(ModelError, KeyError):
+    """A joint name (e.g. in ``joints_name_list``) that the model does not have."""
+
+    def __init__(self, name, valid, model_name: str = "model"):
+        self.name = name
+        self.valid = list(valid)
+        msg = f"unknown joint {name!r} in {model_name}{_suggest(name, self.valid)}"
+        super().__init__(msg)
+
+    def __str__(self):
+        return self.args[0]
+
+
+class InputError(TorchRBDError, ValueError):
+    """A tensor argument of the wrong shape, dtype or device."""
+
+
+class SimulationError(TorchRBDError, RuntimeError):
+    """A simulator used out of order (e.g. stepping before ``build()``)."""
