@@ -1,0 +1,26 @@
+"""torchrbd: rigid-body kinematics, dynamics and differentiable simulation, native to PyTorch.
+
+Drop-in for adam's PyTorch backend::
+
+    import torchrbd as adam
+    from torchrbd import KinDynComputations
+"""
+
+from .algorithms.representation import Representations
+from .errors import (
+    FrameNotFoundError,
+    InputError,
+    JointNotFoundError,
+    ModelError,
+    SimulationError,
+    TorchRBDError,
+)
+from .kindyn import KinDynComputations, KinDynComputationsBatch
+from .model import Model
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "KinDynComputations", "KinDynComputationsBatch", "Representations", "Model",
+    "TorchRBDError", "ModelError", "FrameNotFoundError", "JointNotFoundError", "InputError", "SimulationError",
+]

@@ -1,0 +1,95 @@
+"""Index tensors derived once from a model's tree, cached per device.
+
+The tree sweep used by every algorithm: bodies are processed one depth level
+at a time (all bodies of a level in one batched op). Sums over subtrees and
+over supports (ancestors) are matrix products with 0/1 masks, which suits
+world-frame quantities (no per-level transforms are needed there).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+
+from ..model.model import JointType, Model
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Derived indices of one model on one device.
+
+    * ``levels[d]``: (k_d,) bodies at depth d+1 (the base is depth 0).
+    * ``level_parent_pos[d]``: (k_d,) position of each body's parent in the
+      processing order ``[0] + levels[0] + levels[1] + ...``.
+    * ``unsort``: (nbody,) position of each body in that processing order.
+    * ``ancestor``: (nbody, nbody) float mask, ``ancestor[i, j] = 1`` when body j
+      is body i or one of its ancestors (its *support*).
+    * ``body_of_dof``: (n,) body moved by each coordinate.
+    * ``is_revolute`` / ``is_prismatic``: (nbody,) float masks.
+    * ``link_body``: (nlink,) body of each link.
+    * ``dof_support``: (n, n) float mask, ``[a, b] = 1`` when coordinate a moves
+      an ancestor-or-self of the body of coordinate b.
+    """
+
+    levels: tuple
+    level_parent_pos: tuple
+    unsort: torch.Tensor
+    ancestor: torch.Tensor
+    body_of_dof: torch.Tensor
+    is_revolute: torch.Tensor
+    is_prismatic: torch.Tensor
+    link_body: torch.Tensor
+    dof_support: torch.Tensor
+
+
+@lru_cache(maxsize=64)
+def _topology(parents: tuple, jtypes: tuple, body_dof: tuple, link_body: tuple, device: str, dtype) -> Topology:
+    nb = len(parents)
+    depth = [0] * nb
+    for i in range(1, nb):
+        depth[i] = depth[parents[i]] + 1
+    levels = [[i for i in range(nb) if depth[i] == d] for d in range(1, max(depth) + 1)]
+    order = [0]
+    pos = {0: 0}
+    parent_pos = []
+    for lvl in levels:
+        parent_pos.append([pos[parents[i]] for i in lvl])
+        for i in lvl:
+            pos[i] = len(order)
+            order.append(i)
+    anc = torch.zeros(nb, nb)
+    for i in range(nb):
+        j = i
+        while j >= 0:
+            anc[i, j] = 1.0
+            j = parents[j]
+    n = sum(1 for d in body_dof if d >= 0)
+    body_of_dof = [0] * n
+    for b, d in enumerate(body_dof):
+        if d >= 0:
+            body_of_dof[d] = b
+
+    def long(x):
+        return torch.tensor(x, dtype=torch.long, device=device)
+
+    return Topology(
+        levels=tuple(long(lvl) for lvl in levels),
+        level_parent_pos=tuple(long(p) for p in parent_pos),
+        unsort=long([pos[i] for i in range(nb)]),
+        ancestor=anc.to(device=device, dtype=dtype),
+        body_of_dof=long(body_of_dof),
+        is_revolute=torch.tensor([float(t == JointType.REVOLUTE) for t in jtypes], device=device, dtype=dtype),
+        is_prismatic=torch.tensor([float(t == JointType.PRISMATIC) for t in jtypes], device=device, dtype=dtype),
+        link_body=long(list(link_body)),
+        dof_support=anc[body_of_dof][:, body_of_dof].T.contiguous().to(device=device, dtype=dtype),
+    )
+
+
+def topology(model: Model) -> Topology:
+    """The cached :class:`Topology` of ``model`` on its device and dtype."""
+    ref = model.body_rot
+    return _topology(
+        model.body_parent, model.joint_type, model.body_dof, model.link_body, str(ref.device), ref.dtype
+    )
