@@ -384,3 +384,36 @@ def test_load_mjcf_from_file_matches_from_mujoco_model(tmp_path):
     assert model.link_names == ref.link_names
     torch.testing.assert_close(model.body_pos, ref.body_pos)
     torch.testing.assert_close(model.body_rot, ref.body_rot)
+
+
+# ------------------------------------------------------------------ against torchrbd's kinematics
+@pytest.mark.parametrize("xml", [ARM, TWO_HINGES, FLOATING, TWO_TOP])
+@pytest.mark.parametrize("joints", [None, "subset"])
+def test_kindyn_matches_mujoco_poses_and_com(xml, joints):
+    from torchrbd import KinDynComputations
+
+    m = compile_(xml)
+    names = None
+    if joints == "subset":
+        names = list(reversed(from_mujoco_model(m).joint_names[::2]))
+    kd = KinDynComputations.from_mujoco_model(m, names)
+    model = kd.model
+    rng = np.random.default_rng(1)
+    for _ in range(5):
+        d, world_H_base, q = _random_state(m, model, rng)
+        mujoco.mj_comPos(m, d)
+        H, qt = torch.as_tensor(world_H_base), torch.as_tensor(q)
+        for b in range(1, m.nbody):
+            name = m.body(b).name
+            if name not in model.link_names:  # static scenery of a floating model
+                continue
+            T = kd.forward_kinematics(name, H, qt).numpy()
+            np.testing.assert_allclose(T[:3, 3], d.xpos[b], atol=1e-9, err_msg=name)
+            np.testing.assert_allclose(T[:3, :3], d.xmat[b].reshape(3, 3), atol=1e-9, err_msg=name)
+        for s in range(m.nsite):
+            T = kd.forward_kinematics(m.site(s).name, H, qt).numpy()
+            np.testing.assert_allclose(T[:3, 3], d.site_xpos[s], atol=1e-9)
+            np.testing.assert_allclose(T[:3, :3], d.site_xmat[s].reshape(3, 3), atol=1e-9)
+        # the whole robot: the base's subtree (floating) or the world's (fixed base)
+        root = m.body(model.root).id if model.floating else 0
+        np.testing.assert_allclose(kd.CoM_position(H, qt).numpy(), d.subtree_com[root], atol=1e-9)
