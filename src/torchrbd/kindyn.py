@@ -18,7 +18,8 @@ from .algorithms import representation as rep_
 from .algorithms.representation import Representations
 from .errors import InputError, ModelError
 from .model import Model, load_urdf
-from .spatial import homogeneous, matvec
+from .algorithms.batchlast import to_batch_first
+from .spatial import homogeneous
 
 _SPECS = {
     "base_transform": (4, 4),
@@ -76,7 +77,7 @@ class KinDynComputations:
                 "a mujoco.MjModel or a torchrbd Model"
             )
         if gravity is not None:
-            m = m.replace(gravity=torch.as_tensor(gravity, dtype=torch.float64).reshape(3))
+            m = m.replace(gravity=_gravity_vector(gravity).to(torch.float64))
         self._dtype = dtype or torch.float64
         self._device = torch.device(device) if device is not None else torch.device("cpu")
         self._set_model(m.to(self._dtype, self._device))
@@ -134,7 +135,7 @@ class KinDynComputations:
 
     @gravity.setter
     def gravity(self, g):
-        self._set_model(self._model.replace(gravity=torch.as_tensor(g).to(self._model.gravity).reshape(3)))
+        self._set_model(self._model.replace(gravity=_gravity_vector(g).to(self._model.gravity)))
 
     @property
     def g(self) -> torch.Tensor:
@@ -225,56 +226,64 @@ class KinDynComputations:
 
     @staticmethod
     def _out(x, batch_shape):
+        """Batch-last (..., B) result -> (*batch_shape, ...)."""
+        x = to_batch_first(x)
         return x.reshape(*batch_shape, *x.shape[1:])
 
-    def _state(self, model, H, q):
-        R, p = H[:, :3, :3], H[:, :3, 3]
-        kin = alg.forward(model, R, p, q)
-        return kin, R, p
+    @staticmethod
+    def _bl(x):
+        """(B, k) argument -> (k, B), contiguous so that every later result is batch-last in memory."""
+        return x.transpose(0, 1).contiguous()
 
-    def _frame(self, model, name):
-        return model.frame(name)  # raises FrameNotFoundError with suggestions
+    def _state(self, model, a):
+        """Forward kinematics of the flattened inputs with the base placed at the origin
+        (see :mod:`torchrbd.algorithms.representation`: positions in ``kin`` are relative
+        to the base). Returns (kin, base R (3, 3, B), base position pB (3, B))."""
+        H = a["base_transform"]
+        R = H[:, :3, :3].permute(1, 2, 0).contiguous()
+        pB = H[:, :3, 3].transpose(0, 1).contiguous()
+        return alg.forward(model, R, torch.zeros_like(pB), self._bl(a["joint_positions"])), R, pB
 
     # ----------------------------------------------------------- kinematics
     def forward_kinematics(self, frame: str, base_transform, joint_positions) -> torch.Tensor:
         """world_H_frame (..., 4, 4)."""
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
-        self._frame(model, frame)
-        kin, _, _ = self._state(model, a["base_transform"], a["joint_positions"])
-        _, R, p = alg.frame_pose(model, kin, frame)
-        return self._out(homogeneous(R, p), bs)
+        model.frame(frame)  # raises FrameNotFoundError with suggestions
+        kin, _, pB = self._state(model, a)
+        _, R, r = alg.frame_pose(model, kin, frame)
+        H = homogeneous(to_batch_first(R), to_batch_first(r + pB))
+        return H.reshape(*bs, 4, 4)
 
     def link_poses(self, base_transform, joint_positions) -> torch.Tensor:
         """world_H_link (..., nlink, 4, 4) for every link, in ``model.link_names`` order."""
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
-        kin, _, _ = self._state(model, a["base_transform"], a["joint_positions"])
-        R, p = alg.link_poses(model, kin)
-        return self._out(homogeneous(R, p), bs)
+        kin, _, pB = self._state(model, a)
+        R, r = alg.link_poses(model, kin)
+        H = homogeneous(to_batch_first(R), to_batch_first(r + pB))
+        return H.reshape(*bs, model.nlink, 4, 4)
 
-    def _jacobian(self, model, kin, R, p, frame, rep):
+    def _jacobian_parts(self, model, kin, R, p, frame, rep):
+        """(J_in, X J_in, X J_in Tf) with everything (6, 6+n, B)."""
         body, RF, pF = alg.frame_pose(model, kin, frame)
-        J = alg.jacobian_inertial(model, kin, body)
-        X = rep_.frame_X(rep, RF, pF)
-        T = rep_.base_T(rep, R, p)
-        if X is not None:
-            J = X @ J
-        if T is not None:
-            J = torch.cat([J[..., :6] @ T, J[..., 6:]], -1)
-        return J
+        J_in = alg.jacobian_mixed(model, kin, body)
+        JX = rep_.twists_to_rep(rep, J_in.transpose(0, 1), RF, pF, p).transpose(0, 1)
+        J = torch.cat([rep_.rows_times_T(rep, JX[:, :6], R, p), JX[:, 6:]], 1)
+        return J_in, JX, J, (body, RF, pF)
 
     def jacobian(self, frame: str, base_transform, joint_positions) -> torch.Tensor:
         """(..., 6, 6+n): frame velocity (in the representation) from the generalized velocity."""
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
-        self._frame(model, frame)
-        kin, R, p = self._state(model, a["base_transform"], a["joint_positions"])
-        return self._out(self._jacobian(model, kin, R, p, frame, self.representation), bs)
+        model.frame(frame)
+        kin, R, p = self._state(model, a)
+        return self._out(self._jacobian_parts(model, kin, R, p, frame, self.representation)[2], bs)
 
     def relative_jacobian(self, frame: str, joint_positions) -> torch.Tensor:
         """(..., 6, n): joint columns of the Jacobian with the base at the world origin
         (the frame's velocity relative to the base, in base-aligned coordinates)."""
         q = joint_positions
-        eye = torch.eye(4, dtype=q.dtype if isinstance(q, torch.Tensor) else self._dtype,
-                        device=q.device if isinstance(q, torch.Tensor) else self._device)
+        ref = q if isinstance(q, torch.Tensor) else None
+        eye = torch.eye(4, dtype=ref.dtype if ref is not None else self._dtype,
+                        device=ref.device if ref is not None else self._device)
         return self.jacobian(frame, eye, q)[..., 6:]
 
     def jacobian_dot(self, frame: str, base_transform, joint_positions, base_velocity, joint_velocities):
@@ -283,157 +292,157 @@ class KinDynComputations:
             base_transform=base_transform, joint_positions=joint_positions,
             base_velocity=base_velocity, joint_velocities=joint_velocities,
         )
-        self._frame(model, frame)
+        model.frame(frame)
         rep = self.representation
-        kin, R, p = self._state(model, a["base_transform"], a["joint_positions"])
-        nu, qd = a["base_velocity"], a["joint_velocities"]
-        V0 = rep_.to_inertial(rep, R, p, nu)
-        body, RF, pF = alg.frame_pose(model, kin, frame)
-        J = alg.jacobian_inertial(model, kin, body)
-        Jd = alg.jacobian_dot_inertial(model, kin, body, V0, qd)
-        X, T = rep_.frame_X(rep, RF, pF), rep_.base_T(rep, R, p)
-        if X is not None:
-            VF = matvec(J, torch.cat([V0, qd], -1))
-            Jd = rep_.frame_X_dot(rep, RF, pF, VF) @ J + X @ Jd
-            J = X @ J
-        if T is not None:
-            Td = rep_.base_T_dot(rep, R, p, nu)
-            Jd = torch.cat([Jd[..., :6] @ T + J[..., :6] @ Td, Jd[..., 6:]], -1)
-        return self._out(Jd, bs)
+        kin, R, p = self._state(model, a)
+        nu, qd = self._bl(a["base_velocity"]), self._bl(a["joint_velocities"])
+        V0 = rep_.to_internal(rep, R, p, nu)
+        J_in, JX, _, (body, RF, pF) = self._jacobian_parts(model, kin, R, p, frame, rep)
+        Jd_in = alg.jacobian_dot_mixed(model, kin, body, V0, qd)
+        VF = torch.einsum("rcb,cb->rb", J_in, torch.cat([V0, qd], 0))
+        cols = J_in.transpose(0, 1)
+        XdJ = rep_.twists_to_rep_dot(rep, cols, RF, pF, VF)
+        XJd = rep_.twists_to_rep(rep, Jd_in.transpose(0, 1), RF, pF, p)
+        Jd = (XdJ + XJd).transpose(0, 1)  # d/dt (X J_in)
+        base = rep_.rows_times_T(rep, Jd[:, :6], R, p) + rep_.rows_times_T_dot(rep, JX[:, :6], R, p, nu)
+        return self._out(torch.cat([base, Jd[:, 6:]], 1), bs)
 
     def CoM_position(self, base_transform, joint_positions) -> torch.Tensor:
         """(..., 3) centre of mass in the world frame."""
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
-        kin, _, _ = self._state(model, a["base_transform"], a["joint_positions"])
+        kin, _, pB = self._state(model, a)
         com, _ = alg.center_of_mass(model, kin.R, kin.p)
-        return self._out(com, bs)
+        return self._out(com + pB, bs)
 
     def CoM_jacobian(self, base_transform, joint_positions) -> torch.Tensor:
         """(..., 3, 6+n): CoM velocity in world axes from the generalized velocity
         in the chosen representation (as iDynTree and Pinocchio)."""
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
-        kin, R, p = self._state(model, a["base_transform"], a["joint_positions"])
-        M, _, _ = self._mass_matrix_inertial(model, kin)
-        com, mass = alg.center_of_mass(model, kin.R, kin.p)
-        h = rep_.momentum_X(rep_.INERTIAL, R, com) @ M[:, :6]
-        return self._out(self._to_rep_columns(h, R, p, self.representation)[:, :3] / mass, bs)
+        kin, R, p = self._state(model, a)
+        lin = self._momentum_rows(model, kin)[:3]  # linear momentum = total mass x CoM velocity
+        lin = torch.cat([rep_.rows_times_T(self.representation, lin[:, :6], R, p), lin[:, 6:]], 1)
+        return self._out(lin / model.link_mass.sum(), bs)
 
     # ------------------------------------------------------------- dynamics
-    def _mass_matrix_inertial(self, model, kin):
-        Iw = alg.world_inertias(model, kin.R, kin.p)
-        M, Ic = alg.mass_matrix_inertial(model, kin, Iw)
-        if model.armature is not None and model.n:
-            arm = torch.diag_embed(model.armature)
-            M = M + torch.nn.functional.pad(arm, (6, 0, 6, 0))
-        return M, Iw, Ic
+    @staticmethod
+    def _momentum_rows(model, kin):
+        """(6, 6+n, B) first rows of M in MIXED: the map from the MIXED generalized
+        velocity to the momentum about the base origin (world axes)."""
+        Mbb, F, _ = alg.mass_matrix_top(model, kin, alg.world_inertias(model, kin.R, kin.p))
+        return torch.cat([Mbb, F.transpose(0, 1)], 1)
 
     @staticmethod
-    def _to_rep_columns(A, R, p, rep):
-        """Right-multiply the base columns of A (B, r, 6+n) by T."""
-        T = rep_.base_T(rep, R, p)
-        return A if T is None else torch.cat([A[..., :6] @ T, A[..., 6:]], -1)
-
-    @staticmethod
-    def _to_rep_forces(tau, R, p, rep):
-        """Generalized forces (B, 6+n) from inertial to ``rep``: base part T^T F."""
-        T = rep_.base_T(rep, R, p)
-        return tau if T is None else torch.cat([matvec(T.transpose(-1, -2), tau[:, :6]), tau[:, 6:]], -1)
-
-    def _mass_matrix_rep(self, model, kin, R, p, rep):
-        M, Iw, _ = self._mass_matrix_inertial(model, kin)
-        M = self._to_rep_columns(M, R, p, rep)
-        return self._to_rep_columns(M.transpose(-1, -2), R, p, rep), M, Iw
+    def _mass_matrix(model, kin, R, p, rep):
+        """Batch-first (B, 6+n, 6+n) M in ``rep``, and the world inertias."""
+        inertia = alg.world_inertias(model, kin.R, kin.p)
+        Mbb, F, S = alg.mass_matrix_top(model, kin, inertia)
+        Mjj = alg.joint_block(model, S, F)  # independent of the representation
+        F = rep_.rows_times_T(rep, F, R, p)  # coupling rows F_b^T T
+        Mbb = rep_.rows_times_T(rep, Mbb, R, p)  # Mbb T, then T^T (Mbb T) by columns
+        Mbb = rep_.rows_times_T(rep, Mbb.transpose(0, 1), R, p).transpose(0, 1)
+        return alg.assemble(Mbb, F, Mjj), inertia
 
     def mass_matrix(self, base_transform, joint_positions) -> torch.Tensor:
         """(..., 6+n, 6+n) joint-space inertia (CRBA) in the chosen representation."""
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
-        kin, R, p = self._state(model, a["base_transform"], a["joint_positions"])
-        return self._out(self._mass_matrix_rep(model, kin, R, p, self.representation)[0], bs)
+        kin, R, p = self._state(model, a)
+        M, _ = self._mass_matrix(model, kin, R, p, self.representation)
+        return M.reshape(*bs, *M.shape[1:])
 
     def centroidal_momentum_matrix(self, base_transform, joint_positions) -> torch.Tensor:
         """(..., 6, 6+n): momentum about the CoM, [linear; angular]; world axes
         (MIXED, INERTIAL) or base axes (BODY_FIXED)."""
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
-        kin, R, p = self._state(model, a["base_transform"], a["joint_positions"])
-        M, _, _ = self._mass_matrix_inertial(model, kin)
+        kin, R, p = self._state(model, a)
         com, _ = alg.center_of_mass(model, kin.R, kin.p)
         rep = self.representation
-        h = rep_.momentum_X(rep, R, com) @ M[:, :6]
-        return self._out(self._to_rep_columns(h, R, p, rep), bs)
+        h = self._momentum_rows(model, kin)
+        h = rep_.momentum_to_centroidal(rep, h.transpose(0, 1), R, com).transpose(0, 1)
+        h = torch.cat([rep_.rows_times_T(rep, h[:, :6], R, p), h[:, 6:]], 1)
+        return self._out(h, bs)
 
-    def _rnea(self, model, kin, R, p, nu, qd, base_acc, qdd, gravity=True, velocity=True, wrenches=None):
+    def _rnea(self, model, kin, R, p, nu, qd, nud=None, qdd=None, *, gravity=True, inertia=None, wrenches=None):
+        """Generalized forces (6+n, B) in the representation; arguments batch-last."""
         rep = self.representation
-        Iw = alg.world_inertias(model, kin.R, kin.p)
-        V0 = rep_.to_inertial(rep, R, p, nu) if velocity else torch.zeros_like(nu)
-        A0 = rep_.to_inertial(rep, R, p, base_acc) if base_acc is not None else torch.zeros_like(nu)
-        if velocity:
-            A0 = A0 + rep_.base_T_dot_nu(rep, R, p, nu)
+        inertia = inertia if inertia is not None else alg.world_inertias(model, kin.R, kin.p)
+        V0 = rep_.to_internal(rep, R, p, nu)
+        A0 = rep_.T_dot_nu(rep, nu)
+        if nud is not None:
+            A0 = A0 + rep_.to_internal(rep, R, p, nud)
         if gravity:
-            A0 = A0 - torch.cat([model.gravity, torch.zeros_like(model.gravity)])
-        qd_ = qd if velocity else torch.zeros_like(qd)
-        qdd_ = qdd if qdd is not None else torch.zeros_like(qd)
-        tau = alg.rnea_inertial(model, kin, Iw, V0, A0, qd_, qdd_)
-        tau = self._to_rep_forces(tau, R, p, rep)
-        if qdd is not None and model.armature is not None and model.n:
-            tau = tau + torch.nn.functional.pad(model.armature * qdd, (6, 0))
+            A0 = A0 - torch.cat([model.gravity, torch.zeros_like(model.gravity)])[:, None]
+        tau = alg.rnea_mixed(model, kin, inertia, V0, A0, qd, qdd if qdd is not None else torch.zeros_like(qd))
+        base = rep_.rows_times_T(rep, tau[None, :6], R, p)[0]
+        joints = tau[6:]
+        if qdd is not None and model.armature is not None:
+            joints = joints + model.armature[:, None] * qdd
+        tau = torch.cat([base, joints], 0)
         if wrenches:
             tau = tau - self._wrench_forces(model, kin, R, p, wrenches)
         return tau
 
     def _wrench_forces(self, model, kin, R, p, wrenches: dict):
-        """sum_F J_F^T w_F (B, 6+n) for wrenches (B, 6) in the representation."""
+        """sum_F J_F^T w_F (6+n, B) for wrenches (6, B) in the representation."""
         total = 0
         for frame, w in wrenches.items():
-            J = self._jacobian(model, kin, R, p, frame, self.representation)
-            total = total + matvec(J.transpose(-1, -2), w)
+            J = self._jacobian_parts(model, kin, R, p, frame, self.representation)[2]
+            total = total + torch.einsum("rcb,rb->cb", J, w)
         return total
 
     def _wrenches(self, external_wrenches, bs, model, ref):
+        """Check and flatten a {frame: (..., 6)} dict to {frame: (6, B)}."""
         if not external_wrenches:
             return None
         B = ref.shape[0]
         out = {}
         for frame, w in external_wrenches.items():
             model.frame(frame)
-            w = torch.as_tensor(w, dtype=ref.dtype, device=ref.device)
+            if isinstance(w, torch.Tensor) and (w.dtype != ref.dtype or w.device != ref.device):
+                raise InputError(
+                    f"external_wrenches[{frame!r}]: {w.dtype} on {w.device}, the other arguments are "
+                    f"{ref.dtype} on {ref.device}; convert explicitly (torchrbd never casts silently)"
+                )
+            try:
+                w = torch.as_tensor(w, dtype=ref.dtype, device=ref.device)
+            except (TypeError, ValueError, RuntimeError) as e:
+                raise InputError(f"external_wrenches[{frame!r}]: cannot convert to a tensor ({e})") from None
             if w.shape[-1:] != (6,):
                 raise InputError(f"external_wrenches[{frame!r}]: expected shape (..., 6), got {tuple(w.shape)}")
             try:
-                out[frame] = w.expand(*bs, 6).reshape(B, 6)
+                out[frame] = w.expand(*bs, 6).reshape(B, 6).transpose(0, 1)
             except RuntimeError:
                 raise InputError(
                     f"external_wrenches[{frame!r}]: batch shape {tuple(w.shape[:-1])} does not broadcast to {bs}"
                 ) from None
         return out
 
-    def bias_force(self, base_transform, joint_positions, base_velocity, joint_velocities) -> torch.Tensor:
-        """(..., 6+n) h = C(q, nu) nu + G(q)."""
+    def _velocity_inputs(self, base_transform, joint_positions, base_velocity, joint_velocities, **more):
         model, bs, a = self._inputs(
             base_transform=base_transform, joint_positions=joint_positions,
-            base_velocity=base_velocity, joint_velocities=joint_velocities,
+            base_velocity=base_velocity, joint_velocities=joint_velocities, **more,
         )
-        kin, R, p = self._state(model, a["base_transform"], a["joint_positions"])
-        h = self._rnea(model, kin, R, p, a["base_velocity"], a["joint_velocities"], None, None)
+        kin, R, p = self._state(model, a)
+        return model, bs, a, kin, R, p
+
+    def bias_force(self, base_transform, joint_positions, base_velocity, joint_velocities) -> torch.Tensor:
+        """(..., 6+n) h = C(q, nu) nu + G(q)."""
+        model, bs, a, kin, R, p = self._velocity_inputs(base_transform, joint_positions, base_velocity, joint_velocities)
+        h = self._rnea(model, kin, R, p, self._bl(a["base_velocity"]), self._bl(a["joint_velocities"]))
         return self._out(h, bs)
 
     def coriolis_term(self, base_transform, joint_positions, base_velocity, joint_velocities) -> torch.Tensor:
         """(..., 6+n) C(q, nu) nu (no gravity)."""
-        model, bs, a = self._inputs(
-            base_transform=base_transform, joint_positions=joint_positions,
-            base_velocity=base_velocity, joint_velocities=joint_velocities,
-        )
-        kin, R, p = self._state(model, a["base_transform"], a["joint_positions"])
-        h = self._rnea(model, kin, R, p, a["base_velocity"], a["joint_velocities"], None, None, gravity=False)
+        model, bs, a, kin, R, p = self._velocity_inputs(base_transform, joint_positions, base_velocity, joint_velocities)
+        h = self._rnea(model, kin, R, p, self._bl(a["base_velocity"]), self._bl(a["joint_velocities"]), gravity=False)
         return self._out(h, bs)
 
     def gravity_term(self, base_transform, joint_positions) -> torch.Tensor:
         """(..., 6+n) G(q)."""
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
-        kin, R, p = self._state(model, a["base_transform"], a["joint_positions"])
-        B = a["joint_positions"].shape[0]
-        z6 = torch.zeros(B, 6, dtype=R.dtype, device=R.device)
-        h = self._rnea(model, kin, R, p, z6, a["joint_positions"], None, None, velocity=False)
-        return self._out(h, bs)
+        kin, R, p = self._state(model, a)
+        q = self._bl(a["joint_positions"])
+        z6 = torch.zeros(6, q.shape[-1], dtype=q.dtype, device=q.device)
+        return self._out(self._rnea(model, kin, R, p, z6, torch.zeros_like(q)), bs)
 
     def rnea(
         self, base_transform, joint_positions, base_velocity, joint_velocities,
@@ -445,16 +454,14 @@ class KinDynComputations:
         chosen representation; ``external_wrenches`` maps frame names to (..., 6)
         wrenches in the same representation.
         """
-        model, bs, a = self._inputs(
-            base_transform=base_transform, joint_positions=joint_positions,
-            base_velocity=base_velocity, joint_velocities=joint_velocities,
+        model, bs, a, kin, R, p = self._velocity_inputs(
+            base_transform, joint_positions, base_velocity, joint_velocities,
             base_acceleration=base_acceleration, joint_accelerations=joint_accelerations,
         )
-        kin, R, p = self._state(model, a["base_transform"], a["joint_positions"])
         w = self._wrenches(external_wrenches, bs, model, a["joint_positions"])
         tau = self._rnea(
-            model, kin, R, p, a["base_velocity"], a["joint_velocities"],
-            a["base_acceleration"], a["joint_accelerations"], wrenches=w,
+            model, kin, R, p, self._bl(a["base_velocity"]), self._bl(a["joint_velocities"]),
+            self._bl(a["base_acceleration"]), self._bl(a["joint_accelerations"]), wrenches=w,
         )
         return self._out(tau, bs)
 
@@ -464,21 +471,33 @@ class KinDynComputations:
     ) -> torch.Tensor:
         """(..., 6+n) ``[base acceleration; joint accelerations]`` of the free-floating
         robot: solves ``M a + h = [0; tau] + sum J^T w`` (CRBA + batched Cholesky)."""
-        model, bs, a = self._inputs(
-            base_transform=base_transform, joint_positions=joint_positions,
-            base_velocity=base_velocity, joint_velocities=joint_velocities, joint_torques=joint_torques,
+        model, bs, a, kin, R, p = self._velocity_inputs(
+            base_transform, joint_positions, base_velocity, joint_velocities, joint_torques=joint_torques,
         )
-        kin, R, p = self._state(model, a["base_transform"], a["joint_positions"])
         w = self._wrenches(external_wrenches, bs, model, a["joint_positions"])
-        M = self._mass_matrix_rep(model, kin, R, p, self.representation)[0]
-        h = self._rnea(model, kin, R, p, a["base_velocity"], a["joint_velocities"], None, None, wrenches=w)
-        rhs = torch.nn.functional.pad(a["joint_torques"], (6, 0)) - h
+        M, inertia = self._mass_matrix(model, kin, R, p, self.representation)
+        h = self._rnea(
+            model, kin, R, p, self._bl(a["base_velocity"]), self._bl(a["joint_velocities"]),
+            inertia=inertia, wrenches=w,
+        )
+        rhs = torch.nn.functional.pad(a["joint_torques"], (6, 0)) - to_batch_first(h)
         L = torch.linalg.cholesky(M)
         acc = torch.cholesky_solve(rhs.unsqueeze(-1), L).squeeze(-1)
-        return self._out(acc, bs)
+        return acc.reshape(*bs, acc.shape[-1])
 
 
 KinDynComputationsBatch = KinDynComputations
+
+
+def _gravity_vector(g) -> torch.Tensor:
+    """(3,) gravity from a sequence or tensor of 3 real numbers (InputError otherwise)."""
+    try:
+        t = torch.as_tensor(g)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise InputError(f"gravity: cannot convert {type(g).__name__} to a tensor ({err})") from None
+    if t.numel() != 3 or t.is_complex():
+        raise InputError(f"gravity: expected 3 real numbers, got shape {tuple(t.shape)} ({t.dtype})")
+    return t.reshape(3)
 
 
 def _is_mujoco_model(obj) -> bool:

@@ -1,20 +1,22 @@
 """Pure functions ``(model, tensors) -> tensors``: kinematics, CRBA, RNEA, Jacobians.
 
-All work on a flattened batch ``B`` and in the world frame (quantities about
-the world origin, world axes). :mod:`torchrbd.algorithms.representation` converts
-to the adam / iDynTree velocity representations.
+They work with world axes and about one reference origin O, the origin of the
+frame the kinematics were computed in, on batch-last tensors (see :mod:`.batchlast`); :mod:`.representation` converts
+to the adam / iDynTree velocity representations and :mod:`torchrbd.kindyn`
+turns everything back to the batch-first user layout.
 """
 
-from .crba import composite_inertias, mass_matrix_inertial
-from .inertia import body_parameters, center_of_mass, world_inertias
-from .jacobians import jacobian_dot_inertial, jacobian_inertial, support_mask
-from .kinematics import Kinematics, body_poses, forward, frame_pose, link_poses
+from .crba import assemble, joint_block, mass_matrix_top
+from .inertia import SpatialInertia, body_parameters, center_of_mass, world_inertias
+from .jacobians import jacobian_dot_mixed, jacobian_mixed, support_mask
+from .kinematics import Kinematics, body_poses, forward, frame_pose, link_poses, per_body
 from .representation import Representations
-from .rnea import rnea_inertial
+from .rnea import body_velocities, rnea_mixed
 from .topology import Topology, topology
 
 __all__ = [
-    "Kinematics", "Representations", "Topology", "body_parameters", "body_poses", "center_of_mass",
-    "composite_inertias", "forward", "frame_pose", "jacobian_dot_inertial", "jacobian_inertial",
-    "link_poses", "mass_matrix_inertial", "rnea_inertial", "support_mask", "topology", "world_inertias",
+    "Kinematics", "Representations", "SpatialInertia", "Topology", "body_parameters", "body_poses",
+    "body_velocities", "center_of_mass", "forward", "frame_pose", "jacobian_dot_mixed",
+    "jacobian_mixed", "link_poses", "mass_matrix_top", "joint_block", "assemble", "per_body", "rnea_mixed",
+    "support_mask", "topology", "world_inertias",
 ]

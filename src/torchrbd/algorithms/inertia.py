@@ -1,35 +1,74 @@
 """Inertial parameters: links merged into bodies, and world-frame spatial inertias.
 
-A body's parameters are kept in the form that is linear in the links' ones:
-mass ``m``, first moment ``h = m c`` and rotational inertia ``Io`` about the
-body origin (body axes). No division by a mass happens, so massless bodies
-(MJCF joint chains) are fine.
+A spatial inertia about the reference origin O (world axes, linear-first) is kept as
+its ten parameters rather than a 6x6 matrix::
+
+    I = [[m 1, -[h]x], [[h]x, J]]     m: mass, h = m c (first moment), J: rotational
+                                      inertia about the origin
+
+It is linear in them, so subtree sums (composite inertias) are sums of the
+parameters, and no division by a mass ever happens (massless bodies are fine).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from ..model.model import Model
-from ..spatial import matvec, skew
+from ..spatial import matvec
+from .batchlast import cross, mm, mv, transpose
 from .topology import topology
 
 
-def _outer(a, b):
-    return a.unsqueeze(-1) * b.unsqueeze(-2)
+@dataclass
+class SpatialInertia:
+    """Batch-last spatial inertias: ``m`` (k, 1), ``h`` (k, 3, B), ``J`` (k, 3, 3, B)."""
+
+    m: torch.Tensor
+    h: torch.Tensor
+    J: torch.Tensor
+
+    def apply(self, x: torch.Tensor) -> torch.Tensor:
+        """I x for twists x (k, 6, B) -> momenta / forces (k, 6, B)."""
+        xl, xa = x[:, :3], x[:, 3:]
+        lin = self.m[:, None] * xl - cross(self.h, xa)
+        ang = cross(self.h, xl) + mv(self.J, xa)
+        return torch.cat([lin, ang], 1)
+
+    def subtree_sums(self, model: Model) -> "SpatialInertia":
+        """Composite inertias: each body's plus all its descendants' (a masked sum)."""
+        anc = topology(model).ancestor  # anc[k, i] = 1 when i supports k
+        m = anc.T @ self.m
+        h = torch.einsum("ki,k...->i...", anc, self.h)
+        J = torch.einsum("ki,k...->i...", anc, self.J)
+        return SpatialInertia(m, h, J)
+
+    def matrix(self) -> torch.Tensor:
+        """(k, 6, 6, B) dense matrices."""
+        k, B = self.h.shape[0], self.h.shape[-1]
+        eye = torch.eye(3, dtype=self.h.dtype, device=self.h.device)[..., None]
+        H = _skew_bl(self.h)
+        mI = (self.m[:, :, None, None] * eye).expand(k, 3, 3, B)
+        return torch.cat([torch.cat([mI, -H], 2), torch.cat([H, self.J], 2)], 1)
 
 
-def _eye(x):
-    return torch.eye(3, dtype=x.dtype, device=x.device)
+def _skew_bl(v):
+    """(k, 3, B) -> (k, 3, 3, B)."""
+    x, y, z = v[:, 0], v[:, 1], v[:, 2]
+    o = torch.zeros_like(x)
+    return torch.stack([o, -z, y, z, o, -x, -y, x, o], 1).reshape(v.shape[0], 3, 3, v.shape[-1])
 
 
 def body_parameters(model: Model):
-    """(m (nb,), h (nb, 3), Io (nb, 3, 3)) of each body in its own frame."""
+    """(m (nb,), h (nb, 3), Io (nb, 3, 3)) of each body in its own frame (Io about the body origin)."""
     topo = topology(model)
     m_l = model.link_mass
     c = model.link_pos + matvec(model.link_rot, model.link_com)  # link CoM in the body frame
     I_c = model.link_rot @ model.link_inertia @ model.link_rot.transpose(-1, -2)
-    I_o = I_c + m_l[:, None, None] * ((c * c).sum(-1)[:, None, None] * _eye(c) - _outer(c, c))
+    eye = torch.eye(3, dtype=c.dtype, device=c.device)
+    I_o = I_c + m_l[:, None, None] * ((c * c).sum(-1)[:, None, None] * eye - c[:, :, None] * c[:, None, :])
     nb, lb = model.nbody, topo.link_body
     m = torch.zeros(nb, dtype=m_l.dtype, device=m_l.device).index_add(0, lb, m_l)
     h = torch.zeros(nb, 3, dtype=m_l.dtype, device=m_l.device).index_add(0, lb, m_l[:, None] * c)
@@ -37,28 +76,27 @@ def body_parameters(model: Model):
     return m, h, Io
 
 
-def world_inertias(model: Model, R: torch.Tensor, p: torch.Tensor, params=None):
-    """Spatial inertias (B, nb, 6, 6) of the bodies about the world origin, world axes.
+def world_inertias(model: Model, R: torch.Tensor, p: torch.Tensor, params=None) -> SpatialInertia:
+    """Spatial inertias of the bodies about the reference origin O, world axes.
 
-    ``R`` (B, nb, 3, 3), ``p`` (B, nb, 3): world poses of the bodies. Linear-first:
-    ``[[m 1, -[hw]x], [[hw]x, Iw]]`` with ``hw = m c_world`` and ``Iw`` the
-    rotational inertia about the world origin.
+    ``R`` (nb, 3, 3, B), ``p`` (nb, 3, B): world poses of the bodies.
     """
     m, h, Io = params if params is not None else body_parameters(model)
-    hr = matvec(R, h)  # m (c - p), world axes
-    hw = hr + m[:, None] * p
-    mI = m[:, None, None] * _eye(p)
-    shift = (2 * (hr * p).sum(-1) + m * (p * p).sum(-1))[..., None, None] * _eye(p) - (
-        _outer(hr, p) + _outer(p, hr) + m[:, None, None] * _outer(p, p)
-    )
-    Iw = R @ Io @ R.transpose(-1, -2) + shift
-    S = skew(hw)
-    return torch.cat([torch.cat([mI.expand_as(Iw), -S], -1), torch.cat([S, Iw], -1)], -2)
+    hr = (R * h[:, None, :, None]).sum(-2)  # R h = m (c - p), world axes
+    mb = m[:, None, None]
+    hw = hr + mb * p
+    J = mm(mm(R, Io[..., None]), transpose(R))
+    # parallel-axis shift from the body origin p to O
+    eye = torch.eye(3, dtype=p.dtype, device=p.device)[..., None]
+    scal = 2 * (hr * p).sum(1) + m[:, None] * (p * p).sum(1)  # (nb, B)
+    outer = hr[:, :, None] * p[:, None] + p[:, :, None] * hr[:, None] + mb[..., None] * p[:, :, None] * p[:, None]
+    J = J + scal[:, None, None] * eye - outer
+    return SpatialInertia(m[:, None], hw, J)
 
 
-def center_of_mass(model: Model, R, p, params=None):
-    """(B, 3) world CoM and total mass (scalar tensor)."""
+def center_of_mass(model: Model, R: torch.Tensor, p: torch.Tensor, params=None):
+    """(3, B) world CoM and the total mass (0-dim tensor)."""
     m, h, _ = params if params is not None else body_parameters(model)
-    hw = matvec(R, h) + m[:, None] * p
+    hw = (R * h[:, None, :, None]).sum(-2) + m[:, None, None] * p
     M = m.sum()
-    return hw.sum(-2) / M, M
+    return hw.sum(0) / M, M

@@ -1,11 +1,11 @@
-"""Frame Jacobians in the world frame and their time derivatives."""
+"""Frame Jacobians in the world frame and their time derivatives (batch-last)."""
 
 from __future__ import annotations
 
 import torch
 
-from ..spatial import motion_cross
 from .kinematics import Kinematics
+from .rnea import motion_cross
 from .topology import topology
 
 
@@ -15,23 +15,26 @@ def support_mask(model, body: int) -> torch.Tensor:
     return topo.ancestor[body, topo.body_of_dof]
 
 
-def jacobian_inertial(model, kin: Kinematics, body: int) -> torch.Tensor:
-    """(B, 6, 6+n): inertial twist of ``body`` from the inertial generalized velocity."""
-    S = kin.S[:, topology(model).body_of_dof] * support_mask(model, body)[:, None]
-    eye = torch.eye(6, dtype=S.dtype, device=S.device).expand(S.shape[0], 6, 6)
-    return torch.cat([eye, S.transpose(-1, -2)], -1)
+def jacobian_mixed(model, kin: Kinematics, body: int) -> torch.Tensor:
+    """(6, 6+n, B): twist of ``body`` about O from the generalized velocity whose base
+    part is the base twist about O (world axes)."""
+    S = kin.S[topology(model).body_of_dof] * support_mask(model, body)[:, None, None]  # (n, 6, B)
+    B = S.shape[-1]
+    eye = torch.eye(6, dtype=S.dtype, device=S.device)[..., None].expand(6, 6, B)
+    return torch.cat([eye, S.transpose(0, 1)], 1)
 
 
-def jacobian_dot_inertial(model, kin: Kinematics, body: int, V0, qd) -> torch.Tensor:
-    """(B, 6, 6+n) time derivative of :func:`jacobian_inertial` (``dS_j/dt = V_j x S_j``).
+def jacobian_dot_mixed(model, kin: Kinematics, body: int, V0, qd) -> torch.Tensor:
+    """(6, 6+n, B) time derivative of :func:`jacobian_mixed` (``dS_j/dt = V_j x S_j``).
 
-    ``V0`` (B, 6) inertial base twist, ``qd`` (B, n).
+    ``V0`` (6, B) base twist about O, ``qd`` (n, B).
     """
     topo = topology(model)
     bod = topo.body_of_dof
-    Sqd = kin.S[:, bod] * qd[..., None]  # (B, n, 6)
-    # twist of the body moved by each coordinate: V0 + sum over its support
-    V = V0[:, None] + topo.dof_support.transpose(0, 1).to(Sqd) @ Sqd
-    Sd = motion_cross(V, kin.S[:, bod]) * support_mask(model, body)[:, None]
-    zeros = torch.zeros(Sd.shape[0], 6, 6, dtype=Sd.dtype, device=Sd.device)
-    return torch.cat([zeros, Sd.transpose(-1, -2)], -1)
+    S = kin.S[bod]
+    Sqd = S * qd[:, None]  # (n, 6, B)
+    V = V0 + torch.einsum("ab,a...->b...", topo.dof_support, Sqd)  # twist of each coordinate's body
+    Sd = motion_cross(V, S) * support_mask(model, body)[:, None, None]
+    B = S.shape[-1]
+    zeros = torch.zeros(6, 6, B, dtype=S.dtype, device=S.device)
+    return torch.cat([zeros, Sd.transpose(0, 1)], 1)

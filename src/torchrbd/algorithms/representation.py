@@ -1,16 +1,27 @@
-"""Velocity representations (as adam / iDynTree) and the base-block changes of
-coordinates between them and the world-origin ("inertial") form used inside.
+"""Velocity representations (as adam / iDynTree) and the changes of coordinates
+between them and the form used inside the algorithms. Batch-last.
 
-With ``nu_rep`` the base velocity in a representation, the inertial twist of the
-base (world axes, about the world origin) is ``nu_in = T nu_rep``:
+Inside, twists, momenta and inertias are taken about the **base origin with world
+axes**: a frame frozen at the current base position (so, for an instant, an
+inertial frame). Kinematics run with the base at that origin, so positions are
+relative to the base. This keeps float32 as accurate 100 m from the world origin as
+at it (inertias about a far point grow like m |p|^2 and cancel badly).
 
-* INERTIAL_FIXED (Pinocchio WORLD):            T = 1
-* MIXED (Pinocchio LOCAL_WORLD_ALIGNED):       T = [[1, [p]x], [0, 1]]
-* BODY_FIXED (Pinocchio LOCAL):                T = [[R, [p]x R], [0, R]]
+With ``nu`` the base velocity in a representation and ``pB``, ``R`` the base pose,
+the internal base twist is ``T nu``:
 
-with ``R, p`` the base pose. Frame velocities go the other way, from a frame's
-inertial twist ``V`` to its representation: ``X V`` with X = 1 (INERTIAL),
-``[[1, -[p_F]x], [0, 1]]`` (MIXED), ``diag(R_F^T, R_F^T) [[1, -[p_F]x], [0, 1]]`` (BODY).
+* MIXED (Pinocchio LOCAL_WORLD_ALIGNED):  T = 1
+* BODY_FIXED (Pinocchio LOCAL):           T = diag(R, R)
+* INERTIAL_FIXED (Pinocchio WORLD):       T = [[1, -[pB]x], [0, 1]]
+
+A frame's internal twist ``V`` becomes ``X V``: ``[[1, -[r_F]x], [0, 1]]`` (MIXED,
+``r_F`` the frame origin relative to the base), ``diag(R_F^T, R_F^T)`` times that
+(BODY), ``[[1, [pB]x], [0, 1]]`` (INERTIAL). Generalized forces map with ``T^T``;
+matrices whose columns multiply a velocity map with ``A T``.
+
+Layouts: a set of rows ``A`` is (r, 6, B) (each row a 6-vector over the base
+columns); a set of twists is (c, 6, B). Products with T, X and their
+derivatives are written out as cross products, never as 6x6 matrices.
 """
 
 from __future__ import annotations
@@ -19,7 +30,7 @@ from enum import Enum
 
 import torch
 
-from ..spatial import block, matvec, skew
+from .batchlast import cross, mtv, mv
 
 
 class Representations(Enum):
@@ -33,82 +44,81 @@ MIXED = Representations.MIXED_REPRESENTATION
 INERTIAL = Representations.INERTIAL_FIXED_REPRESENTATION
 
 
-def _zeros33(x):
-    return torch.zeros(*x.shape[:-1], 3, 3, dtype=x.dtype, device=x.device)
-
-
-def _eye33(x):
-    return torch.eye(3, dtype=x.dtype, device=x.device).expand(*x.shape[:-1], 3, 3)
-
-
-def base_T(rep, R, p):
-    """(B, 6, 6) T with ``nu_in = T nu_rep`` (R (B,3,3), p (B,3)); None for INERTIAL."""
+def to_internal(rep, R, pB, nu):
+    """Base velocity (6, B) in ``rep`` -> internal twist T nu (6, B). R (3, 3, B), pB (3, B)."""
+    v, w = nu[:3], nu[3:]
+    if rep is BODY:
+        return torch.cat([mv(R, v), mv(R, w)], 0)
     if rep is INERTIAL:
-        return None
-    P = skew(p)
+        return torch.cat([v + cross(w, pB), w], 0)
+    return nu
+
+
+def T_dot_nu(rep, nu):
+    """(6, B) ``Tdot nu``: ``[v x w; 0]`` for MIXED, zero otherwise."""
     if rep is MIXED:
-        return block(_eye33(p), P, _zeros33(p), _eye33(p))
-    return block(R, P @ R, _zeros33(p), R)
-
-
-def base_T_dot(rep, R, p, nu):
-    """(B, 6, 6) time derivative of T along base velocity ``nu`` (B, 6) in ``rep``."""
-    if rep is INERTIAL:
-        return None
-    z = _zeros33(p)
-    if rep is MIXED:
-        return block(z, skew(nu[..., :3]), z, z)
-    Rd = R @ skew(nu[..., 3:])
-    return block(Rd, skew(matvec(R, nu[..., :3])) @ R + skew(p) @ Rd, z, Rd)
-
-
-def base_T_dot_nu(rep, R, p, nu):
-    """(B, 6) ``Tdot nu``: zero for BODY and INERTIAL, ``[v x w; 0]`` for MIXED."""
-    if rep is MIXED:
-        return torch.cat([torch.linalg.cross(nu[..., :3], nu[..., 3:]), torch.zeros_like(nu[..., 3:])], -1)
+        return torch.cat([cross(nu[:3], nu[3:]), torch.zeros_like(nu[3:])], 0)
     return torch.zeros_like(nu)
 
 
-def to_inertial(rep, R, p, nu):
-    """Base velocity (B, 6) in ``rep`` -> inertial twist (B, 6)."""
-    T = base_T(rep, R, p)
-    return nu if T is None else matvec(T, nu)
-
-
-def frame_X(rep, R, p):
-    """(B, 6, 6) X with ``V_rep = X V_in`` for a frame at pose (R, p); None for INERTIAL."""
-    if rep is INERTIAL:
-        return None
-    Y = block(_eye33(p), -skew(p), _zeros33(p), _eye33(p))
+def rows_times_T(rep, A, R, pB):
+    """A T for rows over the base columns, A (r, 6, B)."""
     if rep is MIXED:
-        return Y
-    Rt = R.transpose(-1, -2)
-    z = _zeros33(p)
-    return block(Rt, z, z, Rt) @ Y
-
-
-def frame_X_dot(rep, R, p, V):
-    """(B, 6, 6) derivative of :func:`frame_X` given the frame's inertial twist V (B, 6)."""
-    if rep is INERTIAL:
-        return None
-    w = V[..., 3:]
-    pd = V[..., :3] + torch.linalg.cross(w, p)  # velocity of the frame origin
-    z = _zeros33(p)
-    Yd = block(z, -skew(pd), z, z)
-    if rep is MIXED:
-        return Yd
-    Rt = R.transpose(-1, -2)
-    Y = block(_eye33(p), -skew(p), z, _eye33(p))
-    Rtd = -skew(matvec(Rt, w)) @ Rt
-    return block(Rtd, z, z, Rtd) @ Y + block(Rt, z, z, Rt) @ Yd
-
-
-def momentum_X(rep, R_base, com):
-    """(B, 6, 6) maps the momentum about the world origin to the centroidal momentum
-    (about the CoM; world axes, or base axes for BODY)."""
-    z = _zeros33(com)
-    X = block(_eye33(com), z, -skew(com), _eye33(com))
+        return A
+    lin, ang = A[:, :3], A[:, 3:]
     if rep is BODY:
-        Rt = R_base.transpose(-1, -2)
-        X = block(Rt, z, z, Rt) @ X
-    return X
+        return torch.cat([mtv(R, lin), mtv(R, ang)], 1)
+    return torch.cat([lin, ang + cross(pB, lin)], 1)  # x^T (-[pB]x) = (pB x x)^T
+
+
+def rows_times_T_dot(rep, A, R, pB, nu):
+    """A Tdot for rows A (r, 6, B) along the base velocity ``nu`` (6, B) in ``rep``."""
+    lin, ang = A[:, :3], A[:, 3:]
+    if rep is INERTIAL:
+        return torch.zeros_like(A)
+    if rep is MIXED:  # Tdot = [[0, [v]x], [0, 0]]
+        return torch.cat([torch.zeros_like(lin), cross(lin, nu[:3])], 1)
+    # BODY: Tdot = [[R [w]x, [R v]x R], [0, R [w]x]] with (v, w) the body twist
+    w = nu[3:]
+    new_lin = cross(mtv(R, lin), w)
+    new_ang = mtv(R, cross(lin, mv(R, nu[:3]))) + cross(mtv(R, ang), w)
+    return torch.cat([new_lin, new_ang], 1)
+
+
+def twists_to_rep(rep, V, R_F, r_F, pB):
+    """X V for internal twists V (c, 6, B) of a frame at (R_F (3, 3, B), r_F (3, B)
+    relative to the base)."""
+    lin, ang = V[:, :3], V[:, 3:]
+    if rep is INERTIAL:
+        return torch.cat([lin + cross(pB, ang), ang], 1)
+    lin = lin - cross(r_F, ang)
+    if rep is BODY:
+        lin, ang = mtv(R_F, lin), mtv(R_F, ang)
+    return torch.cat([lin, ang], 1)
+
+
+def twists_to_rep_dot(rep, V, R_F, r_F, V_F):
+    """Xdot V for twists V (c, 6, B); ``V_F`` (6, B) is the frame's internal twist."""
+    if rep is INERTIAL:
+        return torch.zeros_like(V)
+    lin, ang = V[:, :3], V[:, 3:]
+    w = V_F[3:]
+    pd = V_F[:3] + cross(w, r_F)  # velocity of the frame origin
+    d_lin = -cross(pd, ang)
+    if rep is MIXED:
+        return torch.cat([d_lin, torch.zeros_like(ang)], 1)
+    w_b = mtv(R_F, w)
+    y_lin = lin - cross(r_F, ang)
+    new_lin = -cross(w_b, mtv(R_F, y_lin)) + mtv(R_F, d_lin)
+    new_ang = -cross(w_b, mtv(R_F, ang))
+    return torch.cat([new_lin, new_ang], 1)
+
+
+def momentum_to_centroidal(rep, H, R_base, com):
+    """Internal momenta H (c, 6, B) -> about the CoM (``com`` (3, B) relative to the
+    base; world axes, base axes for BODY)."""
+    lin, ang = H[:, :3], H[:, 3:]
+    ang = ang - cross(com, lin)
+    if rep is BODY:
+        lin, ang = mtv(R_base, lin), mtv(R_base, ang)
+    return torch.cat([lin, ang], 1)

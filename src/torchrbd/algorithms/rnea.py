@@ -1,4 +1,4 @@
-"""Recursive Newton-Euler inverse dynamics in the world frame.
+"""Recursive Newton-Euler inverse dynamics in the world frame (batch-last).
 
 World-origin twists add up along the tree, so the forward pass is a masked sum
 over each body's support and the backward pass a masked sum over its subtree:
@@ -10,36 +10,48 @@ from __future__ import annotations
 
 import torch
 
-from ..spatial import force_cross, matvec, motion_cross
-from .kinematics import Kinematics
+from .batchlast import cross
+from .inertia import SpatialInertia
+from .kinematics import Kinematics, per_body
 from .topology import topology
 
 
-def _per_body(model, x):
-    topo = topology(model)
-    out = torch.zeros(x.shape[0], model.nbody, dtype=x.dtype, device=x.device)
-    return out.index_copy(1, topo.body_of_dof, x)
+def motion_cross(V, m):
+    """``V x m`` for twists (k, 6, B)."""
+    v, w = V[:, :3], V[:, 3:]
+    return torch.cat([cross(w, m[:, :3]) + cross(v, m[:, 3:]), cross(w, m[:, 3:])], 1)
 
 
-def rnea_inertial(model, kin: Kinematics, I_world, V0, A0, qd, qdd, body_wrenches=None):
-    """Generalized forces (B, 6+n) for the inertial base twist.
+def force_cross(V, f):
+    """``V x* f`` for a twist and a wrench (k, 6, B)."""
+    v, w = V[:, :3], V[:, 3:]
+    return torch.cat([cross(w, f[:, :3]), cross(w, f[:, 3:]) + cross(v, f[:, :3])], 1)
 
-    ``V0``/``A0`` (B, 6): base twist and spatial acceleration about the world
-    origin (gravity included in A0 as ``-[g; 0]``). ``qd``/``qdd`` (B, n).
-    ``body_wrenches`` (B, nb, 6): external wrenches about the world origin acting
+
+def body_velocities(model, kin: Kinematics, V0, qd):
+    """(nb, 6, B) twist of every body and (nb, 6, B) the joint twists ``S qd``."""
+    anc = topology(model).ancestor
+    Sqd = kin.S * per_body(model, qd)[:, None]
+    return V0 + torch.einsum("ij,j...->i...", anc, Sqd), Sqd
+
+
+def rnea_mixed(model, kin: Kinematics, inertia: SpatialInertia, V0, A0, qd, qdd, body_wrenches=None):
+    """Generalized forces (6+n, B) for the base twist about O (world axes).
+
+    ``V0``/``A0`` (6, B): base twist and spatial acceleration about the world
+    origin (gravity included in A0 as ``-[g; 0]``). ``qd``/``qdd`` (n, B).
+    ``body_wrenches`` (nb, 6, B): external wrenches about O acting
     on each body (world axes). Returns ``[F_base; tau]``.
     """
     topo = topology(model)
     anc = topo.ancestor
-    Sqd = kin.S * _per_body(model, qd)[..., None]
-    V = V0[:, None] + torch.einsum("ij,bjk->bik", anc, Sqd)
-    dA = kin.S * _per_body(model, qdd)[..., None] + motion_cross(V, Sqd)
-    A = A0[:, None] + torch.einsum("ij,bjk->bik", anc, dA)
-    IV = matvec(I_world, V)
-    f = matvec(I_world, A) + force_cross(V, IV)
+    V, Sqd = body_velocities(model, kin, V0, qd)
+    dA = kin.S * per_body(model, qdd)[:, None] + motion_cross(V, Sqd)
+    A = A0 + torch.einsum("ij,j...->i...", anc, dA)
+    f = inertia.apply(A) + force_cross(V, inertia.apply(V))
     if body_wrenches is not None:
         f = f - body_wrenches
-    F = torch.einsum("ki,bkr->bir", anc, f)
+    F = torch.einsum("ki,k...->i...", anc, f)
     bod = topo.body_of_dof
-    tau = (kin.S[:, bod] * F[:, bod]).sum(-1)
-    return torch.cat([F[:, 0], tau], -1)
+    tau = (kin.S[bod] * F[bod]).sum(1)
+    return torch.cat([F[0], tau], 0)

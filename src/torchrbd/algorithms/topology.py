@@ -21,9 +21,11 @@ class Topology:
     """Derived indices of one model on one device.
 
     * ``levels[d]``: (k_d,) bodies at depth d+1 (the base is depth 0).
-    * ``level_parent_pos[d]``: (k_d,) position of each body's parent in the
-      processing order ``[0] + levels[0] + levels[1] + ...``.
-    * ``unsort``: (nbody,) position of each body in that processing order.
+    * ``level_parent_pos[d]``: (k_d,) position of each body's parent within the
+      previous level (level -1 is the base alone).
+    * ``unsort``: (nbody,) position of each body in the processing order
+      ``[0] + levels[0] + levels[1] + ...``, or None when that order is the
+      bodies' own (models built by :func:`~torchrbd.model.builder.build_model`).
     * ``ancestor``: (nbody, nbody) float mask, ``ancestor[i, j] = 1`` when body j
       is body i or one of its ancestors (its *support*).
     * ``body_of_dof``: (n,) body moved by each coordinate.
@@ -31,17 +33,23 @@ class Topology:
     * ``link_body``: (nlink,) body of each link.
     * ``dof_support``: (n, n) float mask, ``[a, b] = 1`` when coordinate a moves
       an ancestor-or-self of the body of coordinate b.
+    * ``pair_flat``, ``pair_anc``, ``pair_desc``: (K,) the nonzero entries of the
+      joint-space inertia: flat index ``a * n + b`` of each ordered pair of related
+      coordinates, the ancestor one and the descendant one.
     """
 
     levels: tuple
     level_parent_pos: tuple
-    unsort: torch.Tensor
+    unsort: torch.Tensor | None
     ancestor: torch.Tensor
     body_of_dof: torch.Tensor
     is_revolute: torch.Tensor
     is_prismatic: torch.Tensor
     link_body: torch.Tensor
     dof_support: torch.Tensor
+    pair_flat: torch.Tensor
+    pair_anc: torch.Tensor
+    pair_desc: torch.Tensor
 
 
 @lru_cache(maxsize=64)
@@ -54,11 +62,13 @@ def _topology(parents: tuple, jtypes: tuple, body_dof: tuple, link_body: tuple, 
     order = [0]
     pos = {0: 0}
     parent_pos = []
+    prev = [0]
     for lvl in levels:
-        parent_pos.append([pos[parents[i]] for i in lvl])
+        parent_pos.append([prev.index(parents[i]) for i in lvl])
         for i in lvl:
             pos[i] = len(order)
             order.append(i)
+        prev = lvl
     anc = torch.zeros(nb, nb)
     for i in range(nb):
         j = i
@@ -71,19 +81,31 @@ def _topology(parents: tuple, jtypes: tuple, body_dof: tuple, link_body: tuple, 
         if d >= 0:
             body_of_dof[d] = b
 
+    flat, pa, pd = [], [], []
+    for a in range(n):
+        for b in range(n):
+            ba, bb = body_of_dof[a], body_of_dof[b]
+            if anc[bb, ba]:  # a supports b
+                flat.append(a * n + b), pa.append(a), pd.append(b)
+            elif anc[ba, bb]:
+                flat.append(a * n + b), pa.append(b), pd.append(a)
+
     def long(x):
         return torch.tensor(x, dtype=torch.long, device=device)
 
     return Topology(
         levels=tuple(long(lvl) for lvl in levels),
         level_parent_pos=tuple(long(p) for p in parent_pos),
-        unsort=long([pos[i] for i in range(nb)]),
+        unsort=None if order == list(range(nb)) else long([pos[i] for i in range(nb)]),
         ancestor=anc.to(device=device, dtype=dtype),
         body_of_dof=long(body_of_dof),
         is_revolute=torch.tensor([float(t == JointType.REVOLUTE) for t in jtypes], device=device, dtype=dtype),
         is_prismatic=torch.tensor([float(t == JointType.PRISMATIC) for t in jtypes], device=device, dtype=dtype),
         link_body=long(list(link_body)),
         dof_support=anc[body_of_dof][:, body_of_dof].T.contiguous().to(device=device, dtype=dtype),
+        pair_flat=long(flat),
+        pair_anc=long(pa),
+        pair_desc=long(pd),
     )
 
 

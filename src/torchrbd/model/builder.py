@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..errors import JointNotFoundError, ModelError
+from ..errors import JointNotFoundError, ModelError, _suggest
 from .model import Geom, JointType, Model
 
 
@@ -47,6 +47,8 @@ class JointSpec:
 def _check_inertia(link: LinkSpec, where: str):
     if not np.isfinite(link.mass) or link.mass < 0:
         raise ModelError(f"{where}: link {link.name!r} has invalid mass {link.mass} (must be >= 0)")
+    if not np.all(np.isfinite(np.asarray(link.com, dtype=float))):
+        raise ModelError(f"{where}: link {link.name!r} has a non-finite centre of mass {list(link.com)}")
     inertia = np.asarray(link.inertia, dtype=float)
     if not np.all(np.isfinite(inertia)) or not np.allclose(inertia, inertia.T, atol=1e-9):
         raise ModelError(f"{where}: link {link.name!r} has a non-symmetric or non-finite inertia")
@@ -95,7 +97,12 @@ def build_model(
         joint_names.add(j.name)
         for role, lk in (("parent", j.parent), ("child", j.child)):
             if lk not in link_by_name:
-                raise ModelError(f"{where}: joint {j.name!r} names a missing {role} link {lk!r}")
+                raise ModelError(
+                    f"{where}: joint {j.name!r} names a missing {role} link {lk!r}{_suggest(lk, link_by_name)}"
+                )
+        for what, value in (("origin", j.origin), ("child placement", j.child_in_joint)):
+            if value is not None and not np.all(np.isfinite(np.asarray(value, dtype=float))):
+                raise ModelError(f"{where}: joint {j.name!r} has a non-finite {what}")
         if j.child in parent_joint:
             raise ModelError(
                 f"{where}: link {j.child!r} has two parent joints "
@@ -107,6 +114,8 @@ def build_model(
         children[j.parent].append(j)
 
     roots = [n for n in link_by_name if n not in parent_joint]
+    if root is not None and root not in link_by_name:
+        raise ModelError(f"{where}: root link {root!r} is not a link of the model{_suggest(root, link_by_name)}")
     if root is None:
         if len(roots) != 1:
             if not roots:
@@ -156,7 +165,7 @@ def build_model(
         if j.name in coord_of:
             axis = np.asarray(j.axis, dtype=float)
             norm = np.linalg.norm(axis)
-            if not np.isfinite(norm) or norm < 1e-12:
+            if axis.shape != (3,) or not np.isfinite(norm) or norm < 1e-12:
                 raise ModelError(f"{where}: joint {j.name!r} has a zero or invalid axis {axis.tolist()}")
             body_names.append(ln)
             body_parent.append(pb)
@@ -168,6 +177,19 @@ def build_model(
             dof_props[j.name] = j
         else:  # fixed or locked at 0: weld the link into the parent body
             link_body[ln], link_T[ln] = pb, pT @ j.origin @ after
+
+    # Store bodies level by level (depth-first within a level): every tree level
+    # is then a contiguous block, which the algorithms' sweeps rely on for speed.
+    depth = [0] * len(body_names)
+    for i in range(1, len(body_names)):
+        depth[i] = depth[body_parent[i]] + 1
+    perm = sorted(range(len(body_names)), key=lambda i: (depth[i], i))
+    new_index = {old: new for new, old in enumerate(perm)}
+    body_names, body_dof, jtypes, body_T, axes = (
+        [seq[i] for i in perm] for seq in (body_names, body_dof, jtypes, body_T, axes)
+    )
+    body_parent = [-1 if body_parent[i] < 0 else new_index[body_parent[i]] for i in perm]
+    link_body = {ln: new_index[b] for ln, b in link_body.items()}
 
     def t(x):
         return torch.as_tensor(np.asarray(x, dtype=np.float64))
