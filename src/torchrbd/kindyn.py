@@ -83,6 +83,28 @@ class KinDynComputations:
         self._set_model(m.to(self._dtype, self._device))
         self.representation = Representations.MIXED_REPRESENTATION
 
+    # -------------------------------------------------------- compiled path
+    _COMPILED = (
+        "forward_kinematics", "jacobian", "jacobian_dot", "CoM_position", "CoM_jacobian", "mass_matrix",
+        "centroidal_momentum_matrix", "bias_force", "coriolis_term", "gravity_term", "rnea", "aba",
+        "link_poses",
+    )
+
+    def compiled(self, **compile_kwargs) -> "KinDynComputations":
+        """A copy whose methods run through ``torch.compile`` (opt-in; same results).
+
+        The first call for each input shape compiles (seconds to a minute); later
+        calls with the same shapes reuse the compiled code. Changing the velocity
+        representation or the model later triggers a recompile.
+        """
+        import copy
+
+        other = copy.copy(self)
+        other._cache = {}
+        for name in self._COMPILED:
+            setattr(other, name, torch.compile(getattr(other, name), **compile_kwargs))
+        return other
+
     # ----------------------------------------------------------- constructors
     @classmethod
     def from_urdf(cls, urdf, joints_name_list=None, root_link=None, **kw):
@@ -475,14 +497,22 @@ class KinDynComputations:
             base_transform, joint_positions, base_velocity, joint_velocities, joint_torques=joint_torques,
         )
         w = self._wrenches(external_wrenches, bs, model, a["joint_positions"])
-        M, inertia = self._mass_matrix(model, kin, R, p, self.representation)
-        h = self._rnea(
-            model, kin, R, p, self._bl(a["base_velocity"]), self._bl(a["joint_velocities"]),
-            inertia=inertia, wrenches=w,
-        )
-        rhs = torch.nn.functional.pad(a["joint_torques"], (6, 0)) - to_batch_first(h)
+        rep = self.representation
+        nu, qd = self._bl(a["base_velocity"]), self._bl(a["joint_velocities"])
+        # Solve in the internal coordinates (base twist about the base origin, world
+        # axes): there M is as well conditioned wherever the robot is, and the base
+        # acceleration is converted to the representation afterwards.
+        M, inertia = self._mass_matrix(model, kin, R, p, rep_.MIXED)
+        g = torch.cat([model.gravity, torch.zeros_like(model.gravity)])[:, None].expand(6, qd.shape[-1])
+        h = alg.rnea_mixed(model, kin, inertia, rep_.to_internal(rep, R, p, nu), -g, qd, torch.zeros_like(qd))
+        f = torch.cat([torch.zeros_like(nu), self._bl(a["joint_torques"])], 0)
+        if w:
+            f = f + self._wrench_forces(model, kin, R, p, w)
+        f = torch.cat([rep_.forces_to_internal(rep, f[:6], R, p), f[6:]], 0)
         L = torch.linalg.cholesky(M)
-        acc = torch.cholesky_solve(rhs.unsqueeze(-1), L).squeeze(-1)
+        acc = torch.cholesky_solve(to_batch_first(f - h).unsqueeze(-1), L).squeeze(-1)
+        base = rep_.acceleration_from_internal(rep, acc[:, :6].transpose(0, 1), R, p, nu)
+        acc = torch.cat([to_batch_first(base), acc[:, 6:]], -1)
         return acc.reshape(*bs, acc.shape[-1])
 
 
@@ -491,8 +521,8 @@ KinDynComputationsBatch = KinDynComputations
 
 def _gravity_vector(g) -> torch.Tensor:
     """(3,) gravity from a sequence or tensor of 3 real numbers (InputError otherwise)."""
-    try:
-        t = torch.as_tensor(g)
+    try:  # numbers (not tensors) are read as float64, not torch's default float32
+        t = g if isinstance(g, torch.Tensor) else torch.as_tensor(g, dtype=torch.float64)
     except (TypeError, ValueError, RuntimeError) as err:
         raise InputError(f"gravity: cannot convert {type(g).__name__} to a tensor ({err})") from None
     if t.numel() != 3 or t.is_complex():

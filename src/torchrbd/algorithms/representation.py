@@ -54,6 +54,29 @@ def to_internal(rep, R, pB, nu):
     return nu
 
 
+def forces_to_internal(rep, f, R, pB):
+    """T^{-T} f: generalized base forces (6, B) in ``rep`` -> internal (about the base
+    origin, world axes)."""
+    lin, ang = f[:3], f[3:]
+    if rep is BODY:
+        return torch.cat([mv(R, lin), mv(R, ang)], 0)
+    if rep is INERTIAL:  # moment about the base origin from the moment about the world origin
+        return torch.cat([lin, ang - cross(pB, lin)], 0)
+    return f
+
+
+def acceleration_from_internal(rep, a, R, pB, nu):
+    """Base acceleration in ``rep`` from the internal one (6, B):
+    ``T^{-1} (a - Tdot nu)`` with ``nu`` the base velocity in ``rep``."""
+    a = a - T_dot_nu(rep, nu)
+    lin, ang = a[:3], a[3:]
+    if rep is BODY:
+        return torch.cat([mtv(R, lin), mtv(R, ang)], 0)
+    if rep is INERTIAL:
+        return torch.cat([lin + cross(pB, ang), ang], 0)
+    return a
+
+
 def T_dot_nu(rep, nu):
     """(6, B) ``Tdot nu``: ``[v x w; 0]`` for MIXED, zero otherwise."""
     if rep is MIXED:

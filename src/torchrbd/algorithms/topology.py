@@ -33,9 +33,6 @@ class Topology:
     * ``link_body``: (nlink,) body of each link.
     * ``dof_support``: (n, n) float mask, ``[a, b] = 1`` when coordinate a moves
       an ancestor-or-self of the body of coordinate b.
-    * ``pair_flat``, ``pair_anc``, ``pair_desc``: (K,) the nonzero entries of the
-      joint-space inertia: flat index ``a * n + b`` of each ordered pair of related
-      coordinates, the ancestor one and the descendant one.
     """
 
     levels: tuple
@@ -47,9 +44,6 @@ class Topology:
     is_prismatic: torch.Tensor
     link_body: torch.Tensor
     dof_support: torch.Tensor
-    pair_flat: torch.Tensor
-    pair_anc: torch.Tensor
-    pair_desc: torch.Tensor
 
 
 @lru_cache(maxsize=64)
@@ -69,26 +63,19 @@ def _topology(parents: tuple, jtypes: tuple, body_dof: tuple, link_body: tuple, 
             pos[i] = len(order)
             order.append(i)
         prev = lvl
-    anc = torch.zeros(nb, nb)
+    # plain lists (no tensor-valued branching, so torch.compile traces through)
+    anc = [[0.0] * nb for _ in range(nb)]
     for i in range(nb):
         j = i
         while j >= 0:
-            anc[i, j] = 1.0
+            anc[i][j] = 1.0
             j = parents[j]
     n = sum(1 for d in body_dof if d >= 0)
     body_of_dof = [0] * n
     for b, d in enumerate(body_dof):
         if d >= 0:
             body_of_dof[d] = b
-
-    flat, pa, pd = [], [], []
-    for a in range(n):
-        for b in range(n):
-            ba, bb = body_of_dof[a], body_of_dof[b]
-            if anc[bb, ba]:  # a supports b
-                flat.append(a * n + b), pa.append(a), pd.append(b)
-            elif anc[ba, bb]:
-                flat.append(a * n + b), pa.append(b), pd.append(a)
+    dof_support = [[anc[body_of_dof[b]][body_of_dof[a]] for b in range(n)] for a in range(n)]
 
     def long(x):
         return torch.tensor(x, dtype=torch.long, device=device)
@@ -97,15 +84,12 @@ def _topology(parents: tuple, jtypes: tuple, body_dof: tuple, link_body: tuple, 
         levels=tuple(long(lvl) for lvl in levels),
         level_parent_pos=tuple(long(p) for p in parent_pos),
         unsort=None if order == list(range(nb)) else long([pos[i] for i in range(nb)]),
-        ancestor=anc.to(device=device, dtype=dtype),
+        ancestor=torch.tensor(anc, device=device, dtype=dtype),
         body_of_dof=long(body_of_dof),
         is_revolute=torch.tensor([float(t == JointType.REVOLUTE) for t in jtypes], device=device, dtype=dtype),
         is_prismatic=torch.tensor([float(t == JointType.PRISMATIC) for t in jtypes], device=device, dtype=dtype),
         link_body=long(list(link_body)),
-        dof_support=anc[body_of_dof][:, body_of_dof].T.contiguous().to(device=device, dtype=dtype),
-        pair_flat=long(flat),
-        pair_anc=long(pa),
-        pair_desc=long(pd),
+        dof_support=torch.tensor(dof_support, device=device, dtype=dtype).reshape(n, n),
     )
 
 

@@ -1,0 +1,218 @@
+"""Side-by-side benchmark: torchrbd (batched) against Pinocchio (C++ loop over the
+same configurations) and adam's PyTorch backend, in one process.
+
+Run ``torchrbd bench`` (or ``python benchmarks/bench.py``); ``--help`` lists the
+options. Pinocchio (``pin``), ``icub-models`` and adam are optional: a missing one
+is skipped with a note. Prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+
+import numpy as np
+import torch
+
+SEED_JOINTS = [
+    "torso_pitch", "torso_roll", "torso_yaw", "l_shoulder_pitch", "l_shoulder_roll", "l_shoulder_yaw",
+    "l_elbow", "r_shoulder_pitch", "r_shoulder_roll", "r_shoulder_yaw", "r_elbow", "l_hip_pitch",
+    "l_hip_roll", "l_hip_yaw", "l_knee", "l_ankle_pitch", "l_ankle_roll", "r_hip_pitch", "r_hip_roll",
+    "r_hip_yaw", "r_knee", "r_ankle_pitch", "r_ankle_roll",
+]
+
+
+def _robot(name: str):
+    """(urdf path, joint list, frame) of the benchmark robot."""
+    if name == "icub":
+        import icub_models
+
+        return icub_models.get_model_file("iCubGazeboV2_5"), SEED_JOINTS, "l_sole"
+    from . import models
+
+    frames = {"arm7": "ee", "quadruped": "FL_foot"}
+    return str(models.path(name, "urdf")), None, frames.get(name, models.load(name).model.link_names[-1])
+
+
+def _timeit(fn, repeat: int, sync=None) -> float:
+    """Median wall time of ``fn()`` in seconds, after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeat):
+        if sync:
+            sync()
+        t0 = time.perf_counter()
+        fn()
+        if sync:
+            sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def torchrbd_cases(path, joints, frame, B, dtype, device, compile_=False):
+    """{quantity: callable} for torchrbd at batch size B."""
+    from .kindyn import KinDynComputations
+
+    kd = KinDynComputations(path, joints)
+    if compile_:
+        kd = kd.compiled()
+    n = kd.NDoF
+    g = torch.Generator().manual_seed(0)
+
+    def r(*s):
+        return torch.randn(*s, generator=g, dtype=torch.float64).to(dtype=dtype, device=device)
+
+    H = torch.eye(4, dtype=dtype, device=device).expand(B, 4, 4).contiguous()
+    q, nu, qd, tau = r(B, n), r(B, 6), r(B, n), r(B, n)
+    qg, qdg, taug = (x.clone().requires_grad_(True) for x in (q, qd, tau))
+
+    def fwd_bwd():
+        a = kd.aba(H, qg, nu, qdg, taug)
+        torch.autograd.grad(a.sum(), (qg, qdg, taug))
+
+    def nograd(f):
+        def run():
+            with torch.no_grad():
+                f()
+        return run
+
+    return {
+        "mass_matrix": nograd(lambda: kd.mass_matrix(H, q)),
+        "bias_force": nograd(lambda: kd.bias_force(H, q, nu, qd)),
+        "aba": nograd(lambda: kd.aba(H, q, nu, qd, tau)),
+        f"jacobian({frame})": nograd(lambda: kd.jacobian(frame, H, q)),
+        f"forward_kinematics({frame})": nograd(lambda: kd.forward_kinematics(frame, H, q)),
+        "aba forward+backward": fwd_bwd,
+    }
+
+
+def pinocchio_cases(path, joints, frame, B):
+    """{quantity: callable} looping Pinocchio over B configurations, or a note."""
+    try:
+        import pinocchio as pin
+    except ImportError:
+        return None, "Pinocchio not installed (pip install pin)"
+    full = pin.buildModelFromUrdf(str(path), pin.JointModelFreeFlyer())
+    names = list(full.names)[2:]
+    keep = set(joints) if joints is not None else set(names)
+    lock = [full.getJointId(n) for n in names if n not in keep]
+    model = pin.buildReducedModel(full, lock, pin.neutral(full)) if lock else full
+    data = model.createData()
+    rng = np.random.default_rng(0)
+    qs = [pin.randomConfiguration(model, -np.ones(model.nq), np.ones(model.nq)) for _ in range(B)]
+    vs = [rng.normal(size=model.nv) for _ in range(B)]
+    ts = [rng.normal(size=model.nv) for _ in range(B)]
+    fid = model.getFrameId(frame)
+
+    def loop(f):
+        def run():
+            for i in range(B):
+                f(i)
+        return run
+
+    return {
+        "mass_matrix": loop(lambda i: pin.crba(model, data, qs[i])),
+        "bias_force": loop(lambda i: pin.nonLinearEffects(model, data, qs[i], vs[i])),
+        "aba": loop(lambda i: pin.aba(model, data, qs[i], vs[i], ts[i])),
+        f"jacobian({frame})": loop(
+            lambda i: pin.computeFrameJacobian(model, data, qs[i], fid, pin.LOCAL_WORLD_ALIGNED)
+        ),
+        f"forward_kinematics({frame})": loop(
+            lambda i: (pin.forwardKinematics(model, data, qs[i]), pin.updateFramePlacement(model, data, fid))
+        ),
+        "aba forward+backward": loop(lambda i: pin.computeABADerivatives(model, data, qs[i], vs[i], ts[i])),
+    }, "Pinocchio " + pin.__version__
+
+
+def adam_cases(path, joints, frame, B, dtype):
+    try:
+        from adam.pytorch import KinDynComputations as AdamKD
+    except ImportError:
+        return None, "adam not installed (pip install adam-robotics[pytorch])"
+    kd = AdamKD(str(path), joints)
+    n = len(joints)
+    H = torch.eye(4, dtype=dtype).expand(B, 4, 4)
+    q, nu, qd, tau = (torch.randn(B, k, dtype=dtype) for k in (n, 6, n, n))
+    return {
+        "mass_matrix": lambda: kd.mass_matrix(H, q),
+        "bias_force": lambda: kd.bias_force(H, q, nu, qd),
+        "aba": lambda: kd.aba(H, q, nu, qd, tau),
+        f"jacobian({frame})": lambda: kd.jacobian(frame, H, q),
+        f"forward_kinematics({frame})": lambda: kd.forward_kinematics(frame, H, q),
+    }, "adam"
+
+
+def _fmt(t):
+    if t is None:
+        return "-"
+    return f"{t * 1e3:.3g} ms" if t >= 1e-4 else f"{t * 1e6:.3g} us"
+
+
+def main(argv=None) -> list:
+    ap = argparse.ArgumentParser(prog="torchrbd bench", description=__doc__.splitlines()[0])
+    ap.add_argument("--robot", default="icub", help="icub (needs icub-models) or an embedded model name")
+    ap.add_argument("--batch", type=int, nargs="+", default=[1024, 1], help="batch sizes")
+    ap.add_argument("--dtype", choices=["float64", "float32"], default="float64")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--compile", action="store_true", help="also time the torch.compile'd path")
+    ap.add_argument("--no-adam", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="tiny run (embedded arm, B=8, 2 repeats)")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.robot, args.batch, args.repeat, args.no_adam = "arm7", [8], 2, True
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    dtype = getattr(torch, args.dtype)
+    device = torch.device(args.device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else None
+    path, joints, frame = _robot(args.robot)
+    if joints is None:
+        from .kindyn import KinDynComputations
+
+        joints = KinDynComputations(path).joints_name_list
+    print(f"# torchrbd benchmark: {args.robot} ({len(joints)} joints, floating base), {args.dtype}, {device}")
+    print(
+        f"machine: {platform.machine()} {platform.processor() or ''}, {os.cpu_count()} cores; "
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads"
+    )
+    rows = []
+    for B in args.batch:
+        ours = torchrbd_cases(path, joints, frame, B, dtype, device)
+        comp = torchrbd_cases(path, joints, frame, B, dtype, device, compile_=True) if args.compile else {}
+        pin_cases, pin_note = pinocchio_cases(path, joints, frame, B)
+        adam, adam_note = (None, "adam skipped (--no-adam)") if args.no_adam else adam_cases(path, joints, frame, B, dtype)
+        print(f"\n## batch {B}")
+        if pin_cases is None or adam is None:
+            print(" ".join(f"note: {x}." for x, c in ((pin_note, pin_cases), (adam_note, adam)) if c is None))
+        head = "| quantity | Pinocchio loop | torchrbd | ratio |"
+        sep = "|---|---|---|---|"
+        if comp:
+            head += " torchrbd compiled | ratio |"
+            sep += "---|---|"
+        head += " adam | torchrbd speed-up over adam |"
+        sep += "---|---|"
+        print(head)
+        print(sep)
+        for name, fn in ours.items():
+            t = _timeit(fn, args.repeat, sync)
+            tp = _timeit(pin_cases[name], args.repeat) if pin_cases else None
+            tc = _timeit(comp[name], args.repeat, sync) if comp else None
+            ta = _timeit(adam[name], max(1, args.repeat // 3)) if adam and name in adam else None
+            row = dict(batch=B, quantity=name, pinocchio=tp, torchrbd=t, compiled=tc, adam=ta)
+            rows.append(row)
+            line = f"| {name} | {_fmt(tp)} | {_fmt(t)} | {f'{t / tp:.2f}x' if tp else '-'} |"
+            if comp:
+                line += f" {_fmt(tc)} | {f'{tc / tp:.2f}x' if tp else '-'} |"
+            line += f" {_fmt(ta)} | {f'{ta / t:.0f}x' if ta else '-'} |"
+            print(line)
+    print("\nratio = torchrbd time / Pinocchio time (below 1 means torchrbd is faster).")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,376 @@
+"""Autograd through every public function of KinDynComputations.
+
+* ``torch.autograd.gradcheck`` (float64) in all three representations, w.r.t. joint
+  positions, velocities, torques, accelerations, external wrenches, the base pose
+  (through ``H = [R0 exp([r]x), p]`` so the perturbed base stays on SO(3)) and the
+  inertial parameters (set inside the checked function).
+* ``torch.func``: ``vmap`` of the Jacobian and ``jacrev`` of forward kinematics.
+* finite gradients at q = 0, q = pi, zero velocities and identity base rotation.
+* float32 against float64 on iCub, output dtype, batch-of-one and broadcasting.
+"""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch.autograd import gradcheck
+
+import torchrbd
+from conftest import SEED_JOINTS, icub_path
+
+REPS = list(torchrbd.Representations)
+REP_IDS = [r.name for r in REPS]
+MIXED = torchrbd.Representations.MIXED_REPRESENTATION
+
+# Floating base, 6 links, one branch: revolute, prismatic, continuous on one side,
+# revolute + fixed (a massive tool) on the other; full, non-diagonal inertias.
+URDF = """<?xml version="1.0"?>
+<robot name="grad_bot">
+  <link name="base">
+    <inertial><origin xyz="0.02 -0.01 0.03" rpy="0.1 0.2 -0.1"/><mass value="3.0"/>
+      <inertia ixx="0.05" ixy="0.002" ixz="-0.001" iyy="0.04" iyz="0.003" izz="0.06"/></inertial>
+  </link>
+  <link name="link1">
+    <inertial><origin xyz="0.1 0.02 -0.01" rpy="0.3 0 0.2"/><mass value="1.2"/>
+      <inertia ixx="0.01" ixy="0.001" ixz="0.0005" iyy="0.012" iyz="-0.0008" izz="0.008"/></inertial>
+  </link>
+  <link name="link2">
+    <inertial><origin xyz="0.0 0.05 0.02" rpy="-0.2 0.1 0"/><mass value="0.8"/>
+      <inertia ixx="0.004" ixy="-0.0003" ixz="0.0002" iyy="0.005" iyz="0.0001" izz="0.003"/></inertial>
+  </link>
+  <link name="link3">
+    <inertial><origin xyz="0.03 0 0.08" rpy="0 0.4 0.1"/><mass value="0.5"/>
+      <inertia ixx="0.002" ixy="0.0001" ixz="0" iyy="0.0025" iyz="0.0002" izz="0.0015"/></inertial>
+  </link>
+  <link name="link4">
+    <inertial><origin xyz="-0.05 0.01 0.02" rpy="0.2 -0.3 0"/><mass value="1.0"/>
+      <inertia ixx="0.006" ixy="0.0004" ixz="-0.0002" iyy="0.007" iyz="0.0003" izz="0.005"/></inertial>
+  </link>
+  <link name="tool">
+    <inertial><origin xyz="0.01 0.02 0.03" rpy="0 0 0.5"/><mass value="0.3"/>
+      <inertia ixx="0.0008" ixy="0.00005" ixz="0.0001" iyy="0.0009" iyz="-0.00002" izz="0.0007"/></inertial>
+  </link>
+  <joint name="j1" type="revolute">
+    <parent link="base"/><child link="link1"/>
+    <origin xyz="0.1 0.05 0.2" rpy="0.2 -0.1 0.3"/><axis xyz="0 0.6 0.8"/>
+    <limit lower="-2" upper="2" effort="10" velocity="5"/>
+  </joint>
+  <joint name="j2" type="prismatic">
+    <parent link="link1"/><child link="link2"/>
+    <origin xyz="0.2 0 0.01" rpy="0 0.3 0"/><axis xyz="1 0 0"/>
+    <limit lower="-0.5" upper="0.5" effort="10" velocity="1"/>
+  </joint>
+  <joint name="j3" type="continuous">
+    <parent link="link2"/><child link="link3"/>
+    <origin xyz="0 0.1 0.05" rpy="0.1 0.2 0.3"/><axis xyz="0 0 1"/>
+  </joint>
+  <joint name="j4" type="revolute">
+    <parent link="base"/><child link="link4"/>
+    <origin xyz="-0.1 -0.05 0.1" rpy="-0.3 0 0.1"/><axis xyz="1 0 0"/>
+    <limit lower="-2" upper="2" effort="10" velocity="5"/>
+  </joint>
+  <joint name="j5" type="fixed">
+    <parent link="link4"/><child link="tool"/>
+    <origin xyz="-0.15 0.02 0" rpy="0.5 0.1 -0.2"/>
+  </joint>
+</robot>
+"""
+
+FRAMES = ["link3", "tool"]
+
+
+@pytest.fixture(scope="module")
+def kd():
+    return torchrbd.KinDynComputations(URDF)
+
+
+def _skew(r):
+    z = torch.zeros_like(r[..., 0])
+    return torch.stack([z, -r[..., 2], r[..., 1], r[..., 2], z, -r[..., 0], -r[..., 1], r[..., 0], z], -1).reshape(
+        *r.shape[:-1], 3, 3
+    )
+
+
+def pose(R0, r, p):
+    """world_H_base (..., 4, 4) = [R0 exp([r]x), p], differentiable in r and p."""
+    R = R0 @ torch.linalg.matrix_exp(_skew(r))
+    top = torch.cat([R, p.unsqueeze(-1)], -1)
+    bottom = torch.tensor([0.0, 0.0, 0.0, 1.0], dtype=p.dtype).expand(*p.shape[:-1], 1, 4)
+    return torch.cat([top, bottom], -2)
+
+
+def _rot(rng):
+    q = rng.normal(size=4)
+    w, x, y, z = q / np.linalg.norm(q)
+    return torch.tensor(
+        [
+            [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+            [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+            [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+        ]
+    )
+
+
+# name -> (arguments it reads, call(kd, H, x) with x the dict of inputs)
+FUNCTIONS = {
+    "forward_kinematics": (("q",), lambda kd, H, x: kd.forward_kinematics(FRAMES[1], H, x["q"])),
+    "jacobian": (("q",), lambda kd, H, x: kd.jacobian(FRAMES[0], H, x["q"])),
+    "relative_jacobian": (("q",), lambda kd, H, x: kd.relative_jacobian(FRAMES[1], x["q"])),
+    "jacobian_dot": (("q", "nu", "qd"), lambda kd, H, x: kd.jacobian_dot(FRAMES[1], H, x["q"], x["nu"], x["qd"])),
+    "CoM_position": (("q",), lambda kd, H, x: kd.CoM_position(H, x["q"])),
+    "CoM_jacobian": (("q",), lambda kd, H, x: kd.CoM_jacobian(H, x["q"])),
+    "mass_matrix": (("q",), lambda kd, H, x: kd.mass_matrix(H, x["q"])),
+    "centroidal_momentum_matrix": (("q",), lambda kd, H, x: kd.centroidal_momentum_matrix(H, x["q"])),
+    "bias_force": (("q", "nu", "qd"), lambda kd, H, x: kd.bias_force(H, x["q"], x["nu"], x["qd"])),
+    "coriolis_term": (("q", "nu", "qd"), lambda kd, H, x: kd.coriolis_term(H, x["q"], x["nu"], x["qd"])),
+    "gravity_term": (("q",), lambda kd, H, x: kd.gravity_term(H, x["q"])),
+    "rnea": (
+        ("q", "nu", "qd", "nud", "qdd", "w0", "w1"),
+        lambda kd, H, x: kd.rnea(
+            H, x["q"], x["nu"], x["qd"], x["nud"], x["qdd"], external_wrenches={FRAMES[0]: x["w0"], FRAMES[1]: x["w1"]}
+        ),
+    ),
+    "aba": (
+        ("q", "nu", "qd", "tau", "w0", "w1"),
+        lambda kd, H, x: kd.aba(
+            H, x["q"], x["nu"], x["qd"], x["tau"], external_wrenches={FRAMES[0]: x["w0"], FRAMES[1]: x["w1"]}
+        ),
+    ),
+}
+USES_BASE = {k for k in FUNCTIONS if k != "relative_jacobian"}
+DYNAMIC = ["CoM_position", "CoM_jacobian", "mass_matrix", "centroidal_momentum_matrix", "bias_force",
+           "coriolis_term", "gravity_term", "rnea", "aba"]
+
+
+def state(n, seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=g, dtype=dtype)  # noqa: E731
+    return {"r": 0.3 * r(3), "p": r(3), "q": r(n), "nu": r(6), "qd": r(n), "tau": r(n), "nud": r(6),
+            "qdd": r(n), "w0": r(6), "w1": r(6)}
+
+
+@pytest.mark.parametrize("rep", REPS, ids=REP_IDS)
+@pytest.mark.parametrize("name", list(FUNCTIONS))
+def test_gradcheck_state(kd, name, rep):
+    """d(output)/d(every state input), base pose included."""
+    kd.set_frame_velocity_representation(rep)
+    args, call = FUNCTIONS[name]
+    R0 = _rot(np.random.default_rng(5))
+    x0 = state(kd.NDoF)
+    keys = list(args) + (["r", "p"] if name in USES_BASE else [])
+    inputs = tuple(x0[k].clone().requires_grad_(True) for k in keys)
+
+    def f(*vals):
+        x = dict(zip(keys, vals))
+        H = pose(R0, x["r"], x["p"]) if name in USES_BASE else None
+        return call(kd, H, x) / scale
+
+    # compare relative to the output's size: ABA reaches ~1e3 here, and finite
+    # differences of world-frame sums carry ~1e-13 relative rounding
+    scale = 1.0
+    scale = max(1.0, f(*inputs).abs().max().item())
+
+    # full Jacobian comparison in MIXED; random projections (fast_mode) in the others
+    assert gradcheck(f, inputs, eps=1e-6, atol=1e-5, rtol=1e-4, fast_mode=rep is not MIXED)
+
+
+@pytest.mark.parametrize("rep", REPS, ids=REP_IDS)
+@pytest.mark.parametrize("name", DYNAMIC)
+def test_gradcheck_inertial_parameters(name, rep):
+    """d(output)/d(mass, com, inertia) through set_inertial_parameters."""
+    kd = torchrbd.KinDynComputations(URDF)
+    kd.set_frame_velocity_representation(rep)
+    args, call = FUNCTIONS[name]
+    p0 = {k: v.detach().clone() for k, v in kd.get_inertial_parameters().items()}
+    x = state(kd.NDoF, seed=1)
+    H = pose(_rot(np.random.default_rng(6)), x["r"], x["p"])
+
+    def f(mass, com, inertia):
+        # symmetric inertias only: ABA's Cholesky reads one triangle of M while its
+        # backward assumes symmetric perturbations, so an asymmetric finite
+        # difference of an inertia entry would not match the analytical gradient
+        inertia = 0.5 * (inertia + inertia.transpose(-1, -2))
+        kd.set_inertial_parameters(mass=mass, com=com, inertia=inertia)
+        return call(kd, H, x) / scale
+
+    scale = 1.0
+    scale = max(1.0, f(p0["mass"], p0["com"], p0["inertia"]).abs().max().item())
+
+    inputs = tuple(p0[k].clone().requires_grad_(True) for k in ("mass", "com", "inertia"))
+    # 78 inputs: random projections (fast_mode) keep this quick
+    assert gradcheck(f, inputs, eps=1e-6, atol=1e-5, rtol=1e-4, fast_mode=True)
+    # later results still see gradients: the parameters stay in the graph
+    kd.set_inertial_parameters(*inputs)
+    out = call(kd, H, x)
+    grads = torch.autograd.grad(out.square().sum(), inputs, allow_unused=True)
+    assert grads[0] is not None and torch.isfinite(grads[0]).all()
+
+
+def test_set_inertial_parameters_linear_in_mass(kd):
+    """The mass matrix of a model with every mass, inertia scaled by s is s M."""
+    kd.set_frame_velocity_representation(MIXED)
+    p = kd.get_inertial_parameters()
+    k2 = torchrbd.KinDynComputations(URDF)
+    k2.set_inertial_parameters(mass=2 * p["mass"], inertia=2 * p["inertia"])
+    x = state(kd.NDoF, seed=2)
+    H = pose(torch.eye(3, dtype=torch.float64), x["r"], x["p"])
+    torch.testing.assert_close(k2.mass_matrix(H, x["q"]), 2 * kd.mass_matrix(H, x["q"]), rtol=1e-12, atol=1e-12)
+
+
+# ---------------------------------------------------------------- torch.func
+def test_vmap_jacobian(kd):
+    kd.set_frame_velocity_representation(torchrbd.Representations.MIXED_REPRESENTATION)
+    B = 5
+    g = torch.Generator().manual_seed(3)
+    r = 0.5 * torch.randn(B, 3, generator=g, dtype=torch.float64)
+    p = torch.randn(B, 3, generator=g, dtype=torch.float64)
+    H = pose(torch.eye(3, dtype=torch.float64), r, p)
+    q = torch.randn(B, kd.NDoF, generator=g, dtype=torch.float64)
+    J_vmap = torch.func.vmap(lambda H1, q1: kd.jacobian(FRAMES[1], H1, q1))(H, q)
+    J_batch = kd.jacobian(FRAMES[1], H, q)
+    assert J_vmap.shape == (B, 6, 6 + kd.NDoF)
+    torch.testing.assert_close(J_vmap, J_batch, rtol=1e-12, atol=1e-12)
+
+
+def test_jacrev_forward_kinematics(kd):
+    """jacrev of FK w.r.t. q, against the MIXED Jacobian (dp/dq_k = J_v[:, k],
+    dR/dq_k = [J_w[:, k]]x R), and vmap(jacrev) against the per-sample result."""
+    kd.set_frame_velocity_representation(torchrbd.Representations.MIXED_REPRESENTATION)
+    x = state(kd.NDoF, seed=4)
+    H = pose(_rot(np.random.default_rng(7)), x["r"], x["p"])
+    fk = lambda q: kd.forward_kinematics(FRAMES[1], H, q)  # noqa: E731
+    D = torch.func.jacrev(fk)(x["q"])  # (4, 4, n)
+    assert D.shape == (4, 4, kd.NDoF)
+    J = kd.jacobian(FRAMES[1], H, x["q"])[:, 6:]
+    R = fk(x["q"])[:3, :3]
+    torch.testing.assert_close(D[:3, 3, :], J[:3], rtol=1e-10, atol=1e-10)
+    for k in range(kd.NDoF):
+        torch.testing.assert_close(D[:3, :3, k], _skew(J[3:, k]) @ R, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(D[3], torch.zeros_like(D[3]))
+
+    qs = torch.stack([x["q"], -x["q"], 0.5 * x["q"]])
+    Db = torch.func.vmap(torch.func.jacrev(fk))(qs)
+    for b in range(3):
+        torch.testing.assert_close(Db[b], torch.func.jacrev(fk)(qs[b]), rtol=1e-12, atol=1e-12)
+
+
+# ---------------------------------------------------------------- finite gradients
+@pytest.mark.parametrize("rep", REPS, ids=REP_IDS)
+@pytest.mark.parametrize("q_value", [0.0, math.pi], ids=["q0", "qpi"])
+def test_gradients_finite_at_special_points(kd, rep, q_value):
+    """q = 0 or pi, zero velocities, identity base: every gradient exists and is finite."""
+    kd.set_frame_velocity_representation(rep)
+    n = kd.NDoF
+    for name, (args, call) in FUNCTIONS.items():
+        x = {k: torch.zeros_like(v) for k, v in state(n).items()}
+        x["q"] = torch.full((n,), q_value, dtype=torch.float64)
+        x = {k: v.requires_grad_(True) for k, v in x.items()}
+        H = torch.eye(4, dtype=torch.float64, requires_grad=True)
+        out = call(kd, H, x)
+        assert torch.isfinite(out).all(), name
+        wanted = [x[k] for k in args] + ([H] if name in USES_BASE else [])
+        grads = torch.autograd.grad(out.sum() + out.square().sum(), wanted, allow_unused=True)
+        for k, gr in zip(list(args) + ["H"], grads):
+            assert gr is None or torch.isfinite(gr).all(), f"{name}: non-finite gradient w.r.t. {k}"
+
+
+# ---------------------------------------------------------------- dtypes and shapes
+@pytest.fixture(scope="module")
+def icub():
+    pytest.importorskip("icub_models")
+    return torchrbd.KinDynComputations(icub_path(), SEED_JOINTS)
+
+
+def _icub_outputs(kd, dtype, base_offset, seed=0, B=4):
+    """M, h, ABA, J, FK at B random states, base positions ``base_offset + 0.2 randn``."""
+    g = torch.Generator().manual_seed(seed)
+    n = kd.NDoF
+    r = torch.randn(B, 3, generator=g, dtype=torch.float64)
+    p = torch.tensor(base_offset, dtype=torch.float64) + 0.2 * torch.randn(B, 3, generator=g, dtype=torch.float64)
+    H = pose(torch.eye(3, dtype=torch.float64), r, p)
+    q = torch.rand(B, n, generator=g, dtype=torch.float64) * 2 - 1
+    nu, qd, tau = (torch.randn(B, k, generator=g, dtype=torch.float64) for k in (6, n, n))
+    H, q, nu, qd, tau = (t.to(dtype) for t in (H, q, nu, qd, tau))
+    return {
+        "M": kd.mass_matrix(H, q),
+        "h": kd.bias_force(H, q, nu, qd),
+        "aba": kd.aba(H, q, nu, qd, tau),
+        "J": kd.jacobian("l_sole", H, q),
+        "FK": kd.forward_kinematics("r_hand", H, q),
+    }
+
+
+def _float32_errors(kd, base_offset):
+    lo = _icub_outputs(kd, torch.float32, base_offset)
+    hi = _icub_outputs(kd, torch.float64, base_offset)
+    errors = {}
+    for key in hi:
+        assert lo[key].dtype == torch.float32 and hi[key].dtype == torch.float64, key
+        scale = max(1.0, hi[key].abs().max().item())
+        errors[key] = (lo[key].double() - hi[key]).abs().max().item() / scale
+    return errors
+
+
+@pytest.mark.parametrize("rep", REPS, ids=REP_IDS)
+def test_float32_matches_float64_icub(icub, rep):
+    """iCub standing near the world origin (base 0.6 m up)."""
+    icub.set_frame_velocity_representation(rep)
+    errors = _float32_errors(icub, (0.0, 0.0, 0.6))
+    bad = {k: f"{e:.1e}" for k, e in errors.items() if e > 1e-4}
+    assert not bad, f"float32 relative errors above 1e-4: {bad}"
+
+
+@pytest.mark.parametrize("rep", REPS, ids=REP_IDS)
+def test_float32_far_from_world_origin(icub, rep):
+    """float32 must stay accurate with the base 12 m from the world origin.
+
+    MIXED and BODY dynamics do not depend on the base position at all. INERTIAL
+    quantities do, but only through the base change of coordinates T(p): e.g. the
+    INERTIAL ABA solved in MIXED and converted (``nudot = T nudot_mixed + Tdot nu_mixed``)
+    is within ~7e-6 here, whereas a Cholesky solve with the INERTIAL mass matrix
+    (condition number growing like |p|^4) is off by ~1e-2. (With intermediates about
+    the world origin, MIXED/BODY ABA was also off by ~7e-3 here, and M stopped being
+    positive definite in float32 at 100 m.)"""
+    icub.set_frame_velocity_representation(rep)
+    errors = _float32_errors(icub, (10.0, -6.0, 0.6))
+    bad = {k: f"{e:.1e}" for k, e in errors.items() if e > 1e-4}
+    assert not bad, f"float32 relative errors above 1e-4 with the base 12 m from the origin: {bad}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+def test_output_dtype_follows_inputs(kd, dtype):
+    kd.set_frame_velocity_representation(torchrbd.Representations.MIXED_REPRESENTATION)
+    x = {k: v.to(dtype) for k, v in state(kd.NDoF).items()}
+    H = pose(torch.eye(3, dtype=dtype), x["r"], x["p"])
+    for name, (_, call) in FUNCTIONS.items():
+        assert call(kd, H, x).dtype == dtype, name
+
+
+def test_batch_of_one_and_broadcasting(kd):
+    kd.set_frame_velocity_representation(torchrbd.Representations.MIXED_REPRESENTATION)
+    n, B = kd.NDoF, 3
+    x = state(n)
+    H = pose(torch.eye(3, dtype=torch.float64), x["r"], x["p"])
+    one = {k: v.unsqueeze(0) for k, v in x.items()}
+    out1 = {name: call(kd, H.unsqueeze(0), one) for name, (_, call) in FUNCTIONS.items()}
+    assert out1["mass_matrix"].shape == (1, 6 + n, 6 + n)
+    assert out1["forward_kinematics"].shape == (1, 4, 4)
+    assert out1["jacobian"].shape == (1, 6, 6 + n)
+    assert out1["relative_jacobian"].shape == (1, 6, n)
+    assert out1["CoM_position"].shape == (1, 3)
+    assert out1["aba"].shape == (1, 6 + n) and out1["rnea"].shape == (1, 6 + n)
+    for name, (_, call) in FUNCTIONS.items():
+        single = call(kd, H, x)
+        assert out1[name].shape == (1, *single.shape), name
+        torch.testing.assert_close(out1[name][0], single, rtol=1e-12, atol=1e-12)
+
+    # one base pose (4, 4) with a batch of joint states (B, n)
+    qs = x["q"] + 0.1 * torch.arange(B, dtype=torch.float64)[:, None]
+    qds = x["qd"].expand(B, n)
+    M = kd.mass_matrix(H, qs)
+    h = kd.bias_force(H, qs, x["nu"], qds)
+    assert M.shape == (B, 6 + n, 6 + n) and h.shape == (B, 6 + n)
+    for b in range(B):
+        torch.testing.assert_close(M[b], kd.mass_matrix(H, qs[b]), rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(h[b], kd.bias_force(H, qs[b], x["nu"], qds[b]), rtol=1e-12, atol=1e-12)
