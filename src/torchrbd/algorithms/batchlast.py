@@ -33,8 +33,12 @@ def mtv(A: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 
 
 def cross(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Cross product of (..., 3, B) vectors (broadcasting), written out by components
-    (faster than ``torch.linalg.cross`` along a non-last dimension)."""
+    """Cross product of (..., 3, B) vectors (broadcasting). For long batches it is
+    written out by components (faster than ``torch.linalg.cross`` along a non-last
+    dimension); for short ones the single library call costs less."""
+    if max(a.shape[-1], b.shape[-1]) < 64:
+        a, b = torch.broadcast_tensors(a, b)
+        return torch.linalg.cross(a, b, dim=-2)
     a0, a1, a2 = a.unbind(-2)
     b0, b1, b2 = b.unbind(-2)
     return torch.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], -2)

@@ -62,7 +62,12 @@ def _skew_bl(v):
 
 
 def body_parameters(model: Model):
-    """(m (nb,), h (nb, 3), Io (nb, 3, 3)) of each body in its own frame (Io about the body origin)."""
+    """(m (nb,), h (nb, 3), Io (nb, 3, 3)) of each body in its own frame (Io about the body origin).
+
+    Cached on the model unless a link parameter requires grad."""
+    cached = model.__dict__.get("_body_parameters")
+    if cached is not None:
+        return cached
     topo = topology(model)
     m_l = model.link_mass
     c = model.link_pos + matvec(model.link_rot, model.link_com)  # link CoM in the body frame
@@ -73,6 +78,9 @@ def body_parameters(model: Model):
     m = torch.zeros(nb, dtype=m_l.dtype, device=m_l.device).index_add(0, lb, m_l)
     h = torch.zeros(nb, 3, dtype=m_l.dtype, device=m_l.device).index_add(0, lb, m_l[:, None] * c)
     Io = torch.zeros(nb, 3, 3, dtype=m_l.dtype, device=m_l.device).index_add(0, lb, I_o)
+    fields = (m_l, model.link_com, model.link_inertia, model.link_rot, model.link_pos)
+    if not any(t.requires_grad for t in fields):
+        object.__setattr__(model, "_body_parameters", (m, h, Io))
     return m, h, Io
 
 

@@ -38,29 +38,55 @@ def per_body(model: Model, x: torch.Tensor) -> torch.Tensor:
     return out.index_copy(0, topo.body_of_dof, x)
 
 
+def _joint_pose_terms(model: Model):
+    """(4, nb, 4, 4) constant matrices C with parent_H_body(q) = C0 + C1 sin(q) +
+    C2 (1 - cos(q)) + C3 q (Rodrigues' formula for revolute joints, a slide along
+    the axis for prismatic ones). Cached on the model unless a placement needs grad."""
+    cached = model.__dict__.get("_joint_pose_terms")
+    if cached is not None:
+        return cached
+    topo = topology(model)
+    rot, pos, axis = model.body_rot, model.body_pos, model.joint_axis
+    K = skew(axis)
+    rev, pri = topo.is_revolute[:, None, None], topo.is_prismatic[:, None, None]
+    nb = model.nbody
+    bottom = torch.zeros(4, 1, 1, 4, dtype=rot.dtype, device=rot.device)
+    bottom[0, 0, 0, 3] = 1.0  # the [0 0 0 1] row belongs to the constant term
+    top = torch.stack(
+        [
+            torch.cat([rot, pos[..., None]], -1),
+            torch.cat([rot @ K * rev, torch.zeros_like(pos[..., None])], -1),
+            torch.cat([rot @ K @ K * rev, torch.zeros_like(pos[..., None])], -1),
+            torch.cat([torch.zeros_like(rot), (rot @ axis[..., None]) * pri], -1),
+        ]
+    )
+    C = torch.cat([top, bottom.expand(4, nb, 1, 4)], 2)
+    if not any(t.requires_grad for t in (rot, pos, axis)):
+        object.__setattr__(model, "_joint_pose_terms", C)
+    return C
+
+
 def body_poses(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: torch.Tensor):
     """World poses (nb, 3, 3, B), (nb, 3, B) of all bodies; one batched step per tree level.
 
-    ``base_R`` (3, 3, B), ``base_p`` (3, B), ``q`` (n, B).
+    ``base_R`` (3, 3, B), ``base_p`` (3, B), ``q`` (n, B). Poses are composed as
+    3x4 matrices ``[R | p]`` with the local 4x4 transforms of each level.
     """
     topo = topology(model)
-    qb = per_body(model, q)
-    angle = qb * topo.is_revolute[:, None]
-    # parent_R_body = body_rot @ Rodrigues(axis, angle), expanded into constant
-    # matrices times sin/cos so that only elementwise ops touch the batch
-    K = skew(model.joint_axis)
-    A1, A2 = model.body_rot @ K, model.body_rot @ K @ K
-    s, c = torch.sin(angle)[:, None, None], (1 - torch.cos(angle))[:, None, None]
-    R_loc = model.body_rot[..., None] + A1[..., None] * s + A2[..., None] * c
-    slide = (model.body_rot @ model.joint_axis[..., None]).squeeze(-1)  # (nb, 3)
-    p_loc = model.body_pos[..., None] + slide[..., None] * (qb * topo.is_prismatic[:, None])[:, None]
-    Rs, ps = [base_R.unsqueeze(0)], [base_p.unsqueeze(0)]
+    qb = per_body(model, q)[:, None, None]
+    C = _joint_pose_terms(model)[..., None]
+    local = C[0] + C[1] * torch.sin(qb) + C[2] * (1 - torch.cos(qb)) + C[3] * qb  # (nb, 4, 4, B)
+    X = [torch.cat([base_R, base_p[:, None]], 1).unsqueeze(0)]  # (1, 3, 4, B)
     for lvl, par in zip(topo.levels, topo.level_parent_pos):
-        Rp, pp = Rs[-1][par], ps[-1][par]  # parents all sit on the previous level
-        Rs.append(mm(Rp, R_loc[lvl]))
-        ps.append(pp + mv(Rp, p_loc[lvl]))
-    R, p = torch.cat(Rs, 0), torch.cat(ps, 0)
-    return (R, p) if topo.unsort is None else (R[topo.unsort], p[topo.unsort])
+        Xp, L = X[-1][par], local[lvl]  # parents all sit on the previous level
+        Xn = Xp[:, :, 0:1] * L[:, 0:1]
+        for i in (1, 2, 3):
+            Xn = torch.addcmul(Xn, Xp[:, :, i : i + 1], L[:, i : i + 1])
+        X.append(Xn)
+    X = torch.cat(X, 0)
+    if topo.unsort is not None:
+        X = X[topo.unsort]
+    return X[:, :, :3], X[:, :, 3]
 
 
 def motion_subspaces(model: Model, R: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
