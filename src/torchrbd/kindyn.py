@@ -509,7 +509,13 @@ class KinDynComputations:
         if w:
             f = f + self._wrench_forces(model, kin, R, p, w)
         f = torch.cat([rep_.forces_to_internal(rep, f[:6], R, p), f[6:]], 0)
-        L = torch.linalg.cholesky(M)
+        try:
+            L = torch.linalg.cholesky(M)
+        except torch.linalg.LinAlgError:
+            raise ModelError(
+                f"{model.name}: the mass matrix is not positive definite at this configuration "
+                "(a movable joint that moves no mass or inertia?)"
+            ) from None
         acc = torch.cholesky_solve(to_batch_first(f - h).unsqueeze(-1), L).squeeze(-1)
         base = rep_.acceleration_from_internal(rep, acc[:, :6].transpose(0, 1), R, p, nu)
         acc = torch.cat([to_batch_first(base), acc[:, 6:]], -1)

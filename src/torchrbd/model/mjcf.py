@@ -82,7 +82,10 @@ def _transform(rot=None, pos=None) -> np.ndarray:
 def _name(mj_model, obj, i: int, default: str) -> str:
     import mujoco
 
-    return mujoco.mj_id2name(mj_model, obj, i) or default
+    try:
+        return mujoco.mj_id2name(mj_model, obj, i) or default
+    except UnicodeDecodeError:
+        raise ModelError(f"the name of {obj.name.lower()[5:]} {i} is not valid UTF-8") from None
 
 
 def _link_names(mj_model) -> list[str]:
@@ -422,7 +425,11 @@ def load_mjcf(path, joints_name_list=None) -> Model:
     if not isinstance(path, (str, os.PathLike)):
         raise ModelError(f"expected an MJCF path or XML string, got {type(path).__name__}")
     p = Path(path)
-    if not p.is_file():
+    try:
+        found = p.is_file()
+    except OSError as e:  # e.g. a name longer than the file system allows
+        raise ModelError(f"cannot read MJCF path {str(p)[:80]!r}...: {e.strerror}") from None
+    if not found:
         raise ModelError(f"MJCF file not found: {str(p)!r}")
     try:
         mj_model = mujoco.MjModel.from_xml_path(str(p))

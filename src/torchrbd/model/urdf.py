@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import ModelError
+from ..errors import ModelError, _suggest
 from .builder import JointSpec, LinkSpec, build_model
 from .model import Geom, GeomType
 
@@ -28,7 +28,11 @@ def _read(source):
 
     if isinstance(source, (str, os.PathLike)) and not (isinstance(source, str) and _is_xml_string(source)):
         path = Path(source)
-        if not path.is_file():
+        try:
+            found = path.is_file()
+        except OSError:  # e.g. a name too long for the file system
+            found = False
+        if not found:
             raise ModelError(f"URDF file not found: {str(path)!r}")
         where, directory, stream = str(path), str(path.parent), str(path)
     elif isinstance(source, str):
@@ -39,9 +43,12 @@ def _read(source):
         tree = etree.parse(stream)
     except etree.XMLSyntaxError as e:
         raise ModelError(f"{where}: malformed XML at line {e.lineno}: {e.msg}") from None
+    except OSError as e:  # unreadable file
+        raise ModelError(f"{where}: cannot read the file ({e})") from None
     root = tree.getroot()
     if root.tag != "robot":
         raise ModelError(f"{where}: the root element is <{root.tag}>, expected <robot>")
+    _check_elements(root, where)
     _check_joint_elements(root, where)
     try:
         urdf = yourdfpy.URDF(
@@ -55,8 +62,60 @@ def _read(source):
     return urdf, where, directory
 
 
+# number of values of the numeric attributes the parser reads (under <link> and <joint>)
+_NUMBERS = {
+    "origin": {"xyz": (3,), "rpy": (3,)},
+    "axis": {"xyz": (3,)},
+    "mass": {"value": (1,)},
+    "inertia": dict.fromkeys(("ixx", "ixy", "ixz", "iyy", "iyz", "izz"), (1,)),
+    "limit": dict.fromkeys(("lower", "upper", "effort", "velocity"), (1,)),
+    "dynamics": dict.fromkeys(("damping", "friction"), (1,)),
+    "box": {"size": (3,)},
+    "sphere": {"radius": (1,)},
+    "cylinder": {"radius": (1,), "length": (1,)},
+    "mesh": {"scale": (1, 3)},
+}
+_SHAPES = ("box", "sphere", "cylinder", "mesh")
+_REQUIRED = {"link": ("name",), "joint": ("name",), "box": ("size",), "sphere": ("radius",),
+             "cylinder": ("radius", "length"), "mesh": ("filename",)}
+
+
+def _check_elements(root, where: str):
+    """Line-numbered errors for missing names and malformed numbers, which the
+    parser would report without a location (or not at all)."""
+    if not root.get("name"):
+        raise ModelError(f"{where}, line {root.sourceline}: <robot> has no name attribute")
+    for top in root:
+        if top.tag not in ("link", "joint"):
+            continue
+        for el in top.iter():
+            if not isinstance(el.tag, str):
+                continue  # comments, processing instructions
+            for attr in _REQUIRED.get(el.tag, ()):
+                if el.get(attr) is None:
+                    raise ModelError(f"{where}, line {el.sourceline}: <{el.tag}> has no {attr} attribute")
+            for attr, counts in _NUMBERS.get(el.tag, {}).items():
+                text = el.get(attr)
+                if text is None:
+                    continue
+                try:
+                    values = [float(x) for x in text.split()]
+                except ValueError:
+                    values = None
+                if values is None or len(values) not in counts:
+                    expected = " or ".join(map(str, counts))
+                    raise ModelError(
+                        f"{where}, line {el.sourceline}: <{el.tag} {attr}={text!r}> must be {expected} number(s)"
+                    )
+            if el.tag in ("visual", "collision") and el.find("geometry") is None:
+                raise ModelError(f"{where}, line {el.sourceline}: <{el.tag}> has no <geometry>")
+            if el.tag == "geometry" and (len(el) == 0 or el[0].tag not in _SHAPES):
+                raise ModelError(f"{where}, line {el.sourceline}: <geometry> must hold one of {', '.join(_SHAPES)}")
+
+
 def _check_joint_elements(root, where: str):
     """Errors that name the line for constructs the parser would silently accept."""
+    links = [el.get("name") for el in root.findall("link")]
     for el in root.iter("joint"):
         if el.getparent() is not root:
             continue  # e.g. <transmission><joint>
@@ -68,6 +127,12 @@ def _check_joint_elements(root, where: str):
             sub = el.find(tag)
             if sub is None or not sub.get("link"):
                 raise ModelError(f"{where}, line {el.sourceline}: joint {name!r} has no <{tag} link=...>")
+            link = sub.get("link")
+            if link not in links:
+                raise ModelError(
+                    f"{where}, line {sub.sourceline}: joint {name!r} names a missing {tag} link "
+                    f"{link!r}{_suggest(link, links)}"
+                )
 
 
 def _float(x, default):
