@@ -87,7 +87,7 @@ class KinDynComputations:
     _COMPILED = (
         "forward_kinematics", "jacobian", "jacobian_dot", "CoM_position", "CoM_jacobian", "mass_matrix",
         "centroidal_momentum_matrix", "bias_force", "coriolis_term", "gravity_term", "rnea", "aba",
-        "link_poses",
+        "link_poses", "mass_matrix_and_bias_force",
     )
 
     def compiled(self, **compile_kwargs) -> "KinDynComputations":
@@ -451,6 +451,14 @@ class KinDynComputations:
         model, bs, a, kin, R, p = self._velocity_inputs(base_transform, joint_positions, base_velocity, joint_velocities)
         h = self._rnea(model, kin, R, p, self._bl(a["base_velocity"]), self._bl(a["joint_velocities"]))
         return self._out(h, bs)
+
+    def mass_matrix_and_bias_force(self, base_transform, joint_positions, base_velocity, joint_velocities):
+        """``(M, h)`` as :meth:`mass_matrix` and :meth:`bias_force`, sharing one forward
+        kinematics (what a simulator step needs)."""
+        model, bs, a, kin, R, p = self._velocity_inputs(base_transform, joint_positions, base_velocity, joint_velocities)
+        M, inertia = self._mass_matrix(model, kin, R, p, self.representation)
+        h = self._rnea(model, kin, R, p, self._bl(a["base_velocity"]), self._bl(a["joint_velocities"]), inertia=inertia)
+        return M.reshape(*bs, *M.shape[1:]), self._out(h, bs)
 
     def coriolis_term(self, base_transform, joint_positions, base_velocity, joint_velocities) -> torch.Tensor:
         """(..., 6+n) C(q, nu) nu (no gravity)."""
