@@ -1,0 +1,180 @@
+"""The ``torchrbd`` command line: every subcommand, through ``torchrbd.cli.main``."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("matplotlib")
+pytest.importorskip("tqdm")
+
+import torchrbd.models
+from torchrbd.cli import main
+from test_render import assert_picture, gif_frames
+
+BENCH = Path(__file__).resolve().parents[1] / "src" / "torchrbd" / "bench.py"
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_no_command_prints_help(capsys):
+    code, out, _ = run(capsys)
+    assert code == 0
+    for command in ("info", "demo", "render", "bench", "models"):
+        assert command in out
+
+
+def test_models(capsys):
+    code, out, _ = run(capsys, "models")
+    assert code == 0
+    for name in torchrbd.models.names():
+        assert name in out
+    assert "urdf, mjcf" in out
+
+
+def test_info_embedded_model(capsys):
+    code, out, _ = run(capsys, "info", "double_pendulum")
+    assert code == 0
+    assert "2 joint coordinates" in out and "total mass     2 kg" in out
+    # joints with type, axis, limits; links with masses; frames
+    assert "joint1  revolute  +y    -6.283  6.283" in out
+    assert "base -> link1" in out and "link1 -> link2" in out
+    assert "link2  link2     1" in out
+    assert "Frames (for forward_kinematics / jacobian): base, link1, link2, tip" in out
+
+
+def test_info_tree(capsys):
+    code, out, _ = run(capsys, "info", "double_pendulum", "--tree")
+    assert code == 0
+    assert out.splitlines() == [
+        "base  [root, floating base]  0 kg",
+        "└── link1  <- joint1 (revolute +y [-6.283, 6.283])  1 kg",
+        "    └── link2  <- joint2 (revolute +y [-6.283, 6.283])  1 kg",
+        "        └── tip  (fixed)  0 kg",
+    ]
+
+
+def test_info_tree_branches_and_sites(capsys):
+    code, out, _ = run(capsys, "info", "quadruped", "--format", "mjcf", "--tree")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].startswith("trunk  [root, floating base]")
+    assert sum(line.startswith(("├── ", "└── ")) for line in lines) == 4  # four legs
+    assert any("FL_foot  (frame)" in line for line in lines)
+
+
+def test_info_on_a_file_path(capsys, tmp_path):
+    path = torchrbd.models.path("arm7", "mjcf")
+    code, out, _ = run(capsys, "info", str(path))
+    assert code == 0
+    assert f"MJCF  {path}" in out and "welded to the world" in out
+    assert "Extra frames" in out and "ee" in out and "Collision geoms" in out
+    code, tree, _ = run(capsys, "info", str(torchrbd.models.path("arm7", "urdf")), "--tree")
+    assert code == 0 and "ee  (fixed)" in tree and tree.count("<- joint") == 7
+
+
+def test_errors_are_reported_without_traceback(capsys, tmp_path):
+    code, _, err = run(capsys, "info", "arm8")
+    assert code == 2 and "did you mean 'arm7'" in err and "Traceback" not in err
+    code, _, err = run(capsys, "render", "double_pendulum", "--q", "0.1", "--output", str(tmp_path / "x.png"))
+    assert code == 2 and "has 2 joints" in err
+
+
+def test_demo_with_no_arguments(capsys, tmp_path, monkeypatch):
+    """`torchrbd demo` as a new user runs it: defaults, plot in the current folder."""
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run(capsys, "demo")
+    assert code == 0
+    losses = [float(line.split("loss")[1]) for line in out.splitlines() if line.strip().startswith("iter")]
+    assert len(losses) >= 3
+    assert all(b < a for a, b in zip(losses, losses[1:]))  # falls at every iteration
+    assert losses[-1] < 1e-6 * losses[0]
+    assert "plot written to torchrbd_demo.png" in out
+    assert_picture(tmp_path / "torchrbd_demo.png")
+
+
+def test_demo_options_and_gif(capsys, tmp_path):
+    png, gif = tmp_path / "pend.png", tmp_path / "pend.gif"
+    code, out, err = run(
+        capsys, "demo", "--model", "pendulum", "--horizon", "4", "--iterations", "2", "--knots", "2",
+        "--dt", "0.1", "--output", str(png), "--gif", str(gif), "--no-progress",
+    )
+    assert code == 0
+    assert "pendulum (1 joints)" in out and "4 steps of 0.1 s" in out
+    assert "optimising" not in err  # --no-progress: no bar
+    assert_picture(png)
+    assert len(gif_frames(gif)) == 5  # start state + 4 steps
+
+
+def test_run_demo_returns_the_result(tmp_path):
+    from torchrbd.demo import run_demo
+
+    r = run_demo("double_pendulum", horizon=10, iterations=2, knots=3, output=None, progress=False, verbose=False)
+    assert r["output"] is None and r["q"].shape == (11, 2) and r["reference"].shape == (10, 2)
+    assert len(r["losses"]) == 3 and r["losses"][-1] < r["losses"][0]
+    torch.testing.assert_close(r["tip_goal"], torch.tensor([0.0, 0.0, 2.0], dtype=torch.float64))
+
+
+def test_demo_leaves_the_simulator_settings_alone():
+    import torchrbd.sim as gs
+    from torchrbd.demo import run_demo
+    from torchrbd.sim import runtime
+
+    before = dict(runtime._SETTINGS)
+    try:
+        gs.init(backend=gs.cpu, precision="32")
+        run_demo("pendulum", horizon=4, iterations=1, knots=2, output=None, progress=False, verbose=False)
+        assert gs.tc_float == torch.float32
+    finally:
+        runtime._SETTINGS.update(before)
+
+
+def test_render_configuration_png(capsys, tmp_path):
+    out_file = tmp_path / "arm.png"
+    code, out, _ = run(capsys, "render", "arm7", "--q", "0", "0.5", "0", "-1", "0", "0.8", "0",
+                       "--output", str(out_file))
+    assert code == 0 and f"wrote {out_file}" in out
+    assert_picture(out_file)
+
+
+def test_render_rollout_files_to_gif(capsys, tmp_path):
+    from torchrbd.render import save_rollout
+
+    T = 3
+    q = torch.linspace(0, 1, T, dtype=torch.float64)[:, None] * torch.tensor([[2.0, 1.0]], dtype=torch.float64)
+    save_rollout(tmp_path / "roll.npz", q, "double_pendulum")
+    code, _, _ = run(capsys, "render", str(tmp_path / "roll.npz"), "--output", str(tmp_path / "roll.gif"),
+                     "--dt", "0.1", "--no-progress")
+    assert code == 0
+    frames = gif_frames(tmp_path / "roll.gif")
+    assert len(frames) == T and all(f.std() > 0.05 for f in frames)
+    # a .pt rollout of a floating robot with base poses, model given on the command line
+    H = torch.eye(4, dtype=torch.float64).repeat(T, 1, 1)
+    H[:, 2, 3] = torch.linspace(0.3, 0.5, T)
+    torch.save({"q": torch.zeros(T, 12, dtype=torch.float64), "base_transform": H}, tmp_path / "quad.pt")
+    code, _, err = run(capsys, "render", str(tmp_path / "quad.pt"), "--output", str(tmp_path / "q.png"))
+    assert code == 2 and "--robot" in err
+    code, _, _ = run(capsys, "render", str(tmp_path / "quad.pt"), "--robot", "quadruped",
+                     "--output", str(tmp_path / "q.png"))
+    assert code == 0
+    assert_picture(tmp_path / "q.png")
+
+
+@pytest.mark.skipif(not BENCH.exists(), reason="torchrbd.bench not written yet")
+def test_bench_quick(capsys):
+    code, out, _ = run(capsys, "bench", "--quick", "--no-adam")
+    assert code == 0
+    assert "mass_matrix" in out and "torchrbd" in out
+
+
+def test_console_script_entry_point():
+    from importlib.metadata import entry_points
+
+    eps = [ep for ep in entry_points(group="console_scripts") if ep.name == "torchrbd"]
+    if not eps:
+        pytest.skip("package not installed with its entry points")
+    assert eps[0].value == "torchrbd.cli:main"
