@@ -11,15 +11,29 @@ from __future__ import annotations
 import torch
 
 
-def mm(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
-    """(..., 3, 3, B) @ (..., 3, 3, B) -> (..., 3, 3, B), as three fused multiply-adds."""
+def matmul(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    """(..., r, c, B) @ (..., c, s, B) -> (..., r, s, B).
+
+    Long batches: ``c`` fused multiply-adds over contiguous rows. A batch of one
+    (both operands ending in 1): one library matmul, fewer kernel launches.
+    """
+    if A.shape[-1] == 1 and B.shape[-1] == 1:
+        return torch.matmul(A.squeeze(-1), B.squeeze(-1)).unsqueeze(-1)
     C = A[..., :, 0:1, :] * B[..., 0:1, :, :]
-    C = torch.addcmul(C, A[..., :, 1:2, :], B[..., 1:2, :, :])
-    return torch.addcmul(C, A[..., :, 2:3, :], B[..., 2:3, :, :])
+    for k in range(1, A.shape[-2]):
+        C = torch.addcmul(C, A[..., :, k : k + 1, :], B[..., k : k + 1, :, :])
+    return C
+
+
+def mm(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    """(..., 3, 3, B) @ (..., 3, 3, B) -> (..., 3, 3, B)."""
+    return matmul(A, B)
 
 
 def mv(A: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """(..., 3, 3, B) @ (..., 3, B) -> (..., 3, B)."""
+    if A.shape[-1] == 1 and v.shape[-1] == 1:
+        return torch.matmul(A.squeeze(-1), v)
     c = A[..., :, 0, :] * v[..., 0:1, :]
     c = torch.addcmul(c, A[..., :, 1, :], v[..., 1:2, :])
     return torch.addcmul(c, A[..., :, 2, :], v[..., 2:3, :])
@@ -27,6 +41,8 @@ def mv(A: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 
 def mtv(A: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """A^T v for (..., 3, 3, B), (..., 3, B) -> (..., 3, B)."""
+    if A.shape[-1] == 1 and v.shape[-1] == 1:
+        return torch.matmul(A.squeeze(-1).transpose(-1, -2), v)
     c = A[..., 0, :, :] * v[..., 0:1, :]
     c = torch.addcmul(c, A[..., 1, :, :], v[..., 1:2, :])
     return torch.addcmul(c, A[..., 2, :, :], v[..., 2:3, :])

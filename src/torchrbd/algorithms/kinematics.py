@@ -11,7 +11,7 @@ import torch
 
 from ..model.model import Model
 from ..spatial import skew
-from .batchlast import cross, mm, mv
+from .batchlast import cross, matmul, mm, mv
 from .topology import topology
 
 
@@ -78,11 +78,7 @@ def body_poses(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: torc
     local = C[0] + C[1] * torch.sin(qb) + C[2] * (1 - torch.cos(qb)) + C[3] * qb  # (nb, 4, 4, B)
     X = [torch.cat([base_R, base_p[:, None]], 1).unsqueeze(0)]  # (1, 3, 4, B)
     for lvl, par in zip(topo.levels, topo.level_parent_pos):
-        Xp, L = X[-1][par], local[lvl]  # parents all sit on the previous level
-        Xn = Xp[:, :, 0:1] * L[:, 0:1]
-        for i in (1, 2, 3):
-            Xn = torch.addcmul(Xn, Xp[:, :, i : i + 1], L[:, i : i + 1])
-        X.append(Xn)
+        X.append(matmul(X[-1][par], local[lvl]))  # parents all sit on the previous level
     X = torch.cat(X, 0)
     if topo.unsort is not None:
         X = X[topo.unsort]
