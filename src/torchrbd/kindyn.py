@@ -358,11 +358,10 @@ class KinDynComputations:
         """Batch-first (B, 6+n, 6+n) M in ``rep``, and the world inertias."""
         inertia = alg.world_inertias(model, kin.R, kin.p)
         Mbb, F, S = alg.mass_matrix_top(model, kin, inertia)
-        Mjj = alg.joint_block(model, S, F)  # independent of the representation
-        F = rep_.rows_times_T(rep, F, R, p)  # coupling rows F_b^T T
+        F_rep = rep_.rows_times_T(rep, F, R, p)  # coupling rows F_b^T T
         Mbb = rep_.rows_times_T(rep, Mbb, R, p)  # Mbb T, then T^T (Mbb T) by columns
         Mbb = rep_.rows_times_T(rep, Mbb.transpose(0, 1), R, p).transpose(0, 1)
-        return alg.assemble(Mbb, F, Mjj), inertia
+        return alg.assemble(model, Mbb, F_rep, S, F_joint=F), inertia
 
     def mass_matrix(self, base_transform, joint_positions) -> torch.Tensor:
         """(..., 6+n, 6+n) joint-space inertia (CRBA) in the chosen representation."""

@@ -6,7 +6,7 @@ to the adam / iDynTree velocity representations and :mod:`torchrbd.kindyn`
 turns everything back to the batch-first user layout.
 """
 
-from .crba import assemble, joint_block, mass_matrix_top
+from .crba import assemble, mass_matrix_top
 from .inertia import SpatialInertia, body_parameters, center_of_mass, world_inertias
 from .jacobians import jacobian_dot_mixed, jacobian_mixed, support_mask
 from .kinematics import Kinematics, body_poses, forward, frame_pose, link_poses, per_body
@@ -17,6 +17,6 @@ from .topology import Topology, topology
 __all__ = [
     "Kinematics", "Representations", "SpatialInertia", "Topology", "body_parameters", "body_poses",
     "body_velocities", "center_of_mass", "forward", "frame_pose", "jacobian_dot_mixed",
-    "jacobian_mixed", "link_poses", "mass_matrix_top", "joint_block", "assemble", "per_body", "rnea_mixed",
+    "jacobian_mixed", "link_poses", "mass_matrix_top", "assemble", "per_body", "rnea_mixed",
     "support_mask", "topology", "world_inertias",
 ]

@@ -34,22 +34,26 @@ def mass_matrix_top(model, kin: Kinematics, inertia: SpatialInertia):
     return Mbb, F, S
 
 
-def joint_block(model, S: torch.Tensor, F: torch.Tensor) -> torch.Tensor:
-    """(B, n, n) joint block, batch-first: ``S_a . F_b`` where a supports b, mirrored."""
+def assemble(model, Mbb: torch.Tensor, F: torch.Tensor, S: torch.Tensor, F_joint=None) -> torch.Tensor:
+    """The batch-first (B, 6+n, 6+n) joint-space inertia.
+
+    ``Mbb`` (6, 6, B) base block and ``F`` (n, 6, B) coupling rows (in the wanted
+    representation); ``S`` (n, 6, B) and ``F_joint`` (n, 6, B, default ``F``) give the
+    joint block ``S_a . F_b`` (a supports b), which no representation changes.
+    One batched matmul makes every ``S_a . F_b``; one gather places the blocks,
+    mirrors the joint block and zeroes unrelated pairs.
+    """
     topo = topology(model)
-    # contiguous operands: bmm on strided ones falls back to a slow per-matrix copy
-    P = torch.bmm(S.permute(2, 0, 1).contiguous(), F.permute(2, 1, 0).contiguous())  # P[a, b] = S_a . F_b
-    sup = topo.dof_support
-    below = sup.T - torch.eye(model.n, dtype=sup.dtype, device=sup.device)  # b strictly supports a
-    M = torch.addcmul(P * sup, P.transpose(-1, -2), below)
-    if model.armature is not None and model.n:
-        M = M + torch.diag(model.armature)
+    F_joint = F if F_joint is None else F_joint
+    n, B = model.n, S.shape[-1]
+    P = torch.bmm(S.permute(2, 0, 1).contiguous(), F_joint.permute(2, 1, 0).contiguous())  # P[a, b] = S_a . F_b
+    parts = [
+        Mbb.permute(2, 0, 1).reshape(B, 36),
+        F.permute(2, 0, 1).reshape(B, 6 * n),
+        P.reshape(B, n * n),
+        torch.zeros(B, 1, dtype=S.dtype, device=S.device),
+    ]
+    M = torch.cat(parts, 1).index_select(1, topo.mass_matrix_index).reshape(B, 6 + n, 6 + n)
+    if model.has_armature:
+        M = M + torch.diag(torch.nn.functional.pad(model.armature, (6, 0)))
     return M
-
-
-def assemble(Mbb: torch.Tensor, F: torch.Tensor, Mjj: torch.Tensor) -> torch.Tensor:
-    """Batch-first (B, 6+n, 6+n) matrix from batch-last Mbb (6, 6, B), F (n, 6, B)
-    and batch-first Mjj (B, n, n)."""
-    Fb = F.permute(2, 0, 1)  # (B, n, 6)
-    top = torch.cat([Mbb.permute(2, 0, 1), Fb.transpose(-1, -2)], -1)
-    return torch.cat([top, torch.cat([Fb, Mjj], -1)], -2)

@@ -33,6 +33,9 @@ class Topology:
     * ``link_body``: (nlink,) body of each link.
     * ``dof_support``: (n, n) float mask, ``[a, b] = 1`` when coordinate a moves
       an ancestor-or-self of the body of coordinate b.
+    * ``mass_matrix_index``: ((6+n)^2,) where each entry of the joint-space inertia
+      is read from in ``[Mbb (36), F (6n), P (n*n), 0]`` (see
+      :func:`~torchrbd.algorithms.crba.assemble`).
     """
 
     levels: tuple
@@ -44,6 +47,7 @@ class Topology:
     is_prismatic: torch.Tensor
     link_body: torch.Tensor
     dof_support: torch.Tensor
+    mass_matrix_index: torch.Tensor
 
 
 @lru_cache(maxsize=64)
@@ -77,6 +81,26 @@ def _topology(parents: tuple, jtypes: tuple, body_dof: tuple, link_body: tuple, 
             body_of_dof[d] = b
     dof_support = [[anc[body_of_dof[b]][body_of_dof[a]] for b in range(n)] for a in range(n)]
 
+    N, off_F, off_P = 6 + n, 36, 36 + 6 * n
+    zero = off_P + n * n
+    index = []
+    for i in range(N):
+        for j in range(N):
+            if i < 6 and j < 6:
+                index.append(i * 6 + j)
+            elif i < 6:
+                index.append(off_F + (j - 6) * 6 + i)
+            elif j < 6:
+                index.append(off_F + (i - 6) * 6 + j)
+            else:
+                a, b = i - 6, j - 6
+                if dof_support[a][b]:
+                    index.append(off_P + a * n + b)
+                elif dof_support[b][a]:
+                    index.append(off_P + b * n + a)
+                else:
+                    index.append(zero)
+
     def long(x):
         return torch.tensor(x, dtype=torch.long, device=device)
 
@@ -90,6 +114,7 @@ def _topology(parents: tuple, jtypes: tuple, body_dof: tuple, link_body: tuple, 
         is_prismatic=torch.tensor([float(t == JointType.PRISMATIC) for t in jtypes], device=device, dtype=dtype),
         link_body=long(list(link_body)),
         dof_support=torch.tensor(dof_support, device=device, dtype=dtype).reshape(n, n),
+        mass_matrix_index=long(index),
     )
 
 

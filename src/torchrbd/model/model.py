@@ -109,6 +109,11 @@ class Model:
     geoms: tuple = ()  # collision shapes (Geom)
     source: str | None = None  # file the model came from
 
+    def __post_init__(self):
+        arm = self.armature
+        # a plain flag, so that algorithms skip the armature without a data-dependent branch
+        object.__setattr__(self, "has_armature", arm is not None and bool(arm.numel()) and bool((arm != 0).any()))
+
     # ------------------------------------------------------------------ sizes
     @property
     def nbody(self) -> int:
