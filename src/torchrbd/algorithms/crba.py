@@ -34,26 +34,31 @@ def mass_matrix_top(model, kin: Kinematics, inertia: SpatialInertia):
     return Mbb, F, S
 
 
-def assemble(model, Mbb: torch.Tensor, F: torch.Tensor, S: torch.Tensor, F_joint=None) -> torch.Tensor:
-    """The batch-first (B, 6+n, 6+n) joint-space inertia.
+def assemble(model, Mbb, F, S, F_joint=None, contiguous: bool = False) -> torch.Tensor:
+    """The joint-space inertia as a (B, 6+n, 6+n) tensor.
 
     ``Mbb`` (6, 6, B) base block and ``F`` (n, 6, B) coupling rows (in the wanted
     representation); ``S`` (n, 6, B) and ``F_joint`` (n, 6, B, default ``F``) give the
     joint block ``S_a . F_b`` (a supports b), which no representation changes.
-    One batched matmul makes every ``S_a . F_b``; one gather places the blocks,
+    One batched matmul makes every ``S_a . F_b``; one row gather places the blocks,
     mirrors the joint block and zeroes unrelated pairs.
+
+    By default the result is a batch-first *view* of batch-last storage (cheapest);
+    ``contiguous=True`` gathers straight into batch-first memory instead (what a
+    batched Cholesky wants; transposing afterwards would cost more).
     """
     topo = topology(model)
     F_joint = F if F_joint is None else F_joint
     n, B = model.n, S.shape[-1]
+    N = 6 + n
     P = torch.bmm(S.permute(2, 0, 1).contiguous(), F_joint.permute(2, 1, 0).contiguous())  # P[a, b] = S_a . F_b
-    parts = [
-        Mbb.permute(2, 0, 1).reshape(B, 36),
-        F.permute(2, 0, 1).reshape(B, 6 * n),
-        P.reshape(B, n * n),
-        torch.zeros(B, 1, dtype=S.dtype, device=S.device),
-    ]
-    M = torch.cat(parts, 1).index_select(1, topo.mass_matrix_index).reshape(B, 6 + n, 6 + n)
+    zero = torch.zeros(B, 1, dtype=S.dtype, device=S.device)
+    if contiguous:
+        parts = [Mbb.permute(2, 0, 1).reshape(B, 36), F.permute(2, 0, 1).reshape(B, 6 * n), P.reshape(B, n * n), zero]
+        M = torch.cat(parts, 1).index_select(1, topo.mass_matrix_index).reshape(B, N, N)
+    else:
+        parts = [Mbb.reshape(36, B), F.reshape(6 * n, B), P.permute(1, 2, 0).reshape(n * n, B), zero.T]
+        M = torch.cat(parts, 0).index_select(0, topo.mass_matrix_index).reshape(N, N, B).permute(2, 0, 1)
     if model.has_armature:
         M = M + torch.diag(torch.nn.functional.pad(model.armature, (6, 0)))
     return M
