@@ -90,15 +90,15 @@ def world_inertias(model: Model, R: torch.Tensor, p: torch.Tensor, params=None) 
     ``R`` (nb, 3, 3, B), ``p`` (nb, 3, B): world poses of the bodies.
     """
     m, h, Io = params if params is not None else body_parameters(model)
-    hr = (R * h[:, None, :, None]).sum(-2)  # R h = m (c - p), world axes
-    mb = m[:, None, None]
-    hw = hr + mb * p
+    hr = mv(R, h[..., None])  # R h = m (c - p), world axes
+    hw = torch.addcmul(hr, m[:, None, None], p)
     J = mm(mm(R, Io[..., None]), transpose(R))
-    # parallel-axis shift from the body origin p to O
+    # parallel-axis shift from the body origin p to O:
+    # J += (2 hr.p + m |p|^2) 1 - (hr p^T + p hr^T + m p p^T) = (hr.p + hw.p) 1 - (hr p^T + p hw^T)
     eye = torch.eye(3, dtype=p.dtype, device=p.device)[..., None]
-    scal = 2 * (hr * p).sum(1) + m[:, None] * (p * p).sum(1)  # (nb, B)
-    outer = hr[:, :, None] * p[:, None] + p[:, :, None] * hr[:, None] + mb[..., None] * p[:, :, None] * p[:, None]
-    J = J + scal[:, None, None] * eye - outer
+    scal = ((hr + hw) * p).sum(1)  # (nb, B)
+    outer = torch.addcmul(hr[:, :, None] * p[:, None], p[:, :, None], hw[:, None])
+    J = torch.addcmul(J - outer, scal[:, None, None], eye)
     return SpatialInertia(m[:, None], hw, J)
 
 

@@ -11,7 +11,7 @@ import torch
 
 from ..model.model import Model
 from ..spatial import skew
-from .batchlast import cross, matmul, mm, mv
+from .batchlast import cross, mm, mv
 from .topology import topology
 
 
@@ -39,7 +39,7 @@ def per_body(model: Model, x: torch.Tensor) -> torch.Tensor:
 
 
 def _joint_pose_terms(model: Model):
-    """(4, nb, 4, 4) constant matrices C with parent_H_body(q) = C0 + C1 sin(q) +
+    """(4, nb, 3, 4) constant matrices C with parent_[R|p]_body(q) = C0 + C1 sin(q) +
     C2 (1 - cos(q)) + C3 q (Rodrigues' formula for revolute joints, a slide along
     the axis for prismatic ones). Cached on the model unless a placement needs grad."""
     cached = model.__dict__.get("_joint_pose_terms")
@@ -49,36 +49,50 @@ def _joint_pose_terms(model: Model):
     rot, pos, axis = model.body_rot, model.body_pos, model.joint_axis
     K = skew(axis)
     rev, pri = topo.is_revolute[:, None, None], topo.is_prismatic[:, None, None]
-    nb = model.nbody
-    bottom = torch.zeros(4, 1, 1, 4, dtype=rot.dtype, device=rot.device)
-    bottom[0, 0, 0, 3] = 1.0  # the [0 0 0 1] row belongs to the constant term
-    top = torch.stack(
+    zero = torch.zeros_like(pos[..., None])
+    C = torch.stack(
         [
             torch.cat([rot, pos[..., None]], -1),
-            torch.cat([rot @ K * rev, torch.zeros_like(pos[..., None])], -1),
-            torch.cat([rot @ K @ K * rev, torch.zeros_like(pos[..., None])], -1),
+            torch.cat([rot @ K * rev, zero], -1),
+            torch.cat([rot @ K @ K * rev, zero], -1),
             torch.cat([torch.zeros_like(rot), (rot @ axis[..., None]) * pri], -1),
         ]
     )
-    C = torch.cat([top, bottom.expand(4, nb, 1, 4)], 2)
     if not any(t.requires_grad for t in (rot, pos, axis)):
         object.__setattr__(model, "_joint_pose_terms", C)
     return C
+
+
+def _compose(Xp: torch.Tensor, L: torch.Tensor) -> torch.Tensor:
+    """[Rp | pp] (k, 3, 4, B) followed by [R | p] (k, 3, 4, B): [Rp R | Rp p + pp]."""
+    if Xp.shape[-1] == 1 and L.shape[-1] == 1:
+        X = torch.matmul(Xp[:, :, :3, 0], L[..., 0])
+        return (X + torch.nn.functional.pad(Xp[:, :, 3:, 0], (3, 0))).unsqueeze(-1)
+    last = torch.nn.functional.pad(Xp[:, :, 3:], (0, 0, 3, 0))  # pp in the last column
+    X = torch.addcmul(last, Xp[:, :, 0:1], L[:, 0:1])
+    X = torch.addcmul(X, Xp[:, :, 1:2], L[:, 1:2])
+    return torch.addcmul(X, Xp[:, :, 2:3], L[:, 2:3])
 
 
 def body_poses(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: torch.Tensor):
     """World poses (nb, 3, 3, B), (nb, 3, B) of all bodies; one batched step per tree level.
 
     ``base_R`` (3, 3, B), ``base_p`` (3, B), ``q`` (n, B). Poses are composed as
-    3x4 matrices ``[R | p]`` with the local 4x4 transforms of each level.
+    3x4 matrices ``[R | p]``.
     """
     topo = topology(model)
-    qb = per_body(model, q)[:, None, None]
+    qb = per_body(model, q)[:, None, None]  # (nb, 1, 1, B)
     C = _joint_pose_terms(model)[..., None]
-    local = C[0] + C[1] * torch.sin(qb) + C[2] * (1 - torch.cos(qb)) + C[3] * qb  # (nb, 4, 4, B)
+    local = C[0]
+    if topo.has_revolute:
+        local = torch.addcmul(local, C[1], torch.sin(qb))
+        local = torch.addcmul(local, C[2], 1 - torch.cos(qb))
+    if topo.has_prismatic:
+        local = torch.addcmul(local, C[3], qb)
+    local = local.expand(-1, -1, -1, q.shape[-1])
     X = [torch.cat([base_R, base_p[:, None]], 1).unsqueeze(0)]  # (1, 3, 4, B)
     for lvl, par in zip(topo.levels, topo.level_parent_pos):
-        X.append(matmul(X[-1][par], local[lvl]))  # parents all sit on the previous level
+        X.append(_compose(X[-1][par], local[lvl]))  # parents all sit on the previous level
     X = torch.cat(X, 0)
     if topo.unsort is not None:
         X = X[topo.unsort]

@@ -48,6 +48,8 @@ class Topology:
     link_body: torch.Tensor
     dof_support: torch.Tensor
     mass_matrix_index: torch.Tensor
+    has_revolute: bool
+    has_prismatic: bool
 
 
 @lru_cache(maxsize=64)
@@ -115,6 +117,8 @@ def _topology(parents: tuple, jtypes: tuple, body_dof: tuple, link_body: tuple, 
         link_body=long(list(link_body)),
         dof_support=torch.tensor(dof_support, device=device, dtype=dtype).reshape(n, n),
         mass_matrix_index=long(index),
+        has_revolute=JointType.REVOLUTE in jtypes,
+        has_prismatic=JointType.PRISMATIC in jtypes,
     )
 
 
