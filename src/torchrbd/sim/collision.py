@@ -36,7 +36,7 @@ the distance to its triangles outside):
 * **points** with a radius: sphere centre, capsule end centres, box corners, cylinder
   rim samples, hull vertices;
 * **segments**, whose deepest point inside the other shape (or closest point outside)
-  is found by a golden-section search of the convex SDF along them: capsule axes (with
+  is found by a nested grid search of the convex SDF along them: capsule axes (with
   the capsule radius), box edges, cylinder side lines;
 * two closed forms: segment-segment closest points and the cylinder-plane rim points.
 
@@ -112,9 +112,9 @@ from ..model.model import Geom, GeomType, Model
 _EPS = 1e-9  # m: vectors shorter than this are treated as zero (safe norm / fallback)
 CYLINDER_RIM_SAMPLES = 8  # rim points per cap of a cylinder against non-plane shapes
 MAX_HULL_POINTS = 64  # default cap on the hull vertices used per mesh
-_SEGMENT_SEARCH = 22  # golden-section steps for a segment's deepest point (1.3e-5 of its length)
+_GRID, _GRID_STAGES = 16, 5  # nested grid search of a segment's deepest point: (2/15)^5 = 4e-5 of it
 _KINK_DT = 1e-4  # offsets (fraction of the segment) of the two sides of an SDF ridge
-_TIE = 1e-12  # m: SDF values closer than this count as equal in that search
+_TIE = 1e-12  # m: the search's pull to the middle, to break ties
 _PARALLEL = 1e-6  # sin^2 of the angle below which two capsule axes count as parallel
 
 
@@ -735,22 +735,28 @@ def _part_segment_segment(g: _PairGroup, Ra, pa, Rb, pb):
 def _deepest_t(s0, d, ty, size, hull):
     """``t (..., P, N)`` in [0, 1] minimising the SDF of Y along ``s0 + t d`` (Y's frame).
 
-    The SDF of a convex shape is convex, so a golden-section search finds the deepest
-    point of each segment inside Y (or its closest point outside). On flat stretches
-    (a box edge lying on a face) it keeps the middle. For a hull it searches the max
-    over face planes (also convex, equal to the SDF inside, cheaper than the distance
-    to the triangles). No gradient: see _segments_vs.
+    The SDF of a convex shape is convex in ``t``, so a nested grid search finds the
+    deepest point of each segment inside Y (or its closest point outside): each stage
+    evaluates ``_GRID`` points and keeps the two cells around the best one. A tiny
+    pull towards the middle of the interval breaks ties, so on flat stretches (a box
+    edge lying on a face) the middle is kept. For a hull the search uses the max over
+    face planes (also convex, equal to the SDF inside, cheaper than the triangles).
+    No gradient: see :func:`_segments_vs`.
     """
     s0, d = s0.detach(), d.detach()
-    lo, hi = torch.zeros_like(s0[..., 0]), torch.ones_like(s0[..., 0])
-    g = (5**0.5 - 1) / 2
-    for _ in range(_SEGMENT_SEARCH):
-        a, b = hi - g * (hi - lo), lo + g * (hi - lo)
-        x = s0[..., None, :] + torch.stack([a, b], -1)[..., None] * d[..., None, :]  # (..., P, N, 2, 3)
-        f = _SEARCH_SDF[ty](x.flatten(-3, -2), size, hull)[0].unflatten(-1, (-1, 2))
-        left, right = f[..., 0] < f[..., 1] - _TIE, f[..., 1] < f[..., 0] - _TIE
-        lo, hi = torch.where(left, lo, a), torch.where(right, hi, b)
-    return (lo + hi) / 2
+    lo = torch.zeros_like(s0[..., 0])
+    width = torch.ones_like(lo)
+    grid = torch.linspace(0.0, 1.0, _GRID, dtype=s0.dtype, device=s0.device)
+    for _ in range(_GRID_STAGES):
+        t = lo[..., None] + width[..., None] * grid  # (..., P, N, G)
+        x = s0[..., None, :] + t[..., None] * d[..., None, :]
+        f = _SEARCH_SDF[ty](x.flatten(-3, -2), size, hull)[0].unflatten(-1, (-1, _GRID))
+        k = (f + _TIE * (grid - 0.5) ** 2).argmin(-1)
+        step = width / (_GRID - 1)
+        lo = (lo + (k - 1).clamp(min=0) * step).clamp(0.0, 1.0)
+        width = 2 * step
+        lo = torch.minimum(lo, 1.0 - width)
+    return lo + width / 2
 
 
 def _segments_vs(e0, e1, radius, RY, pY, ty, sy, hull):
