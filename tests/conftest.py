@@ -64,3 +64,18 @@ def robot(request):
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+@pytest.fixture(scope="module")
+def sim_float64_one_thread():
+    """The simulator in float64 on the CPU, with torch on one thread for the module
+    (many tiny ops: a second thread only adds synchronisation)."""
+    import torch
+
+    import torchrbd.sim as gs
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    gs.init(backend=gs.cpu, precision="64")
+    yield
+    torch.set_num_threads(threads)

@@ -35,13 +35,7 @@ ROBOT = """<?xml version="1.0"?>
 """
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _setup():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    gs.init(backend=gs.cpu, precision="64")
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("sim_float64_one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -65,13 +65,7 @@ N_ENVS = 2  # random initial velocities simulated side by side
 STEPS = 200  # 0.4 s at 2 ms
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _setup():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    gs.init(backend=gs.cpu, precision="64")
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("sim_float64_one_thread")
 
 
 def _quat_mat(q):

@@ -11,13 +11,7 @@ from torchrbd.errors import InputError, SimulationError
 BOX = dict(size=(0.2, 0.3, 0.4), pos=(0.0, 0.0, 1.0))
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _setup():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    gs.init(backend=gs.cpu, precision="64")
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("sim_float64_one_thread")
 
 
 def _scene(requires_grad=True):
