@@ -106,22 +106,3 @@ def homogeneous(R: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     bottom = torch.zeros(*R.shape[:-2], 1, 4, dtype=R.dtype, device=R.device)
     bottom[..., 0, 3] = 1
     return torch.cat([top, bottom], dim=-2)
-
-
-def motion_cross(V: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
-    """Spatial motion cross product ``V x m`` for linear-first 6-vectors (..., 6)."""
-    v, w = V[..., :3], V[..., 3:]
-    mv, mw = m[..., :3], m[..., 3:]
-    return torch.cat([torch.linalg.cross(w, mv) + torch.linalg.cross(v, mw), torch.linalg.cross(w, mw)], -1)
-
-
-def force_cross(V: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
-    """Spatial force cross product ``V x* f`` for linear-first vectors (..., 6)."""
-    v, w = V[..., :3], V[..., 3:]
-    fl, fa = f[..., :3], f[..., 3:]
-    return torch.cat([torch.linalg.cross(w, fl), torch.linalg.cross(w, fa) + torch.linalg.cross(v, fl)], -1)
-
-
-def block(a, b, c, d) -> torch.Tensor:
-    """Assemble a (..., 6, 6) matrix from four (..., 3, 3) blocks [[a, b], [c, d]]."""
-    return torch.cat([torch.cat([a, b], -1), torch.cat([c, d], -1)], -2)
