@@ -480,8 +480,6 @@ def test_sim_missing_mesh_mjcf(gs, tmp_path):
         scene.build()
 
 
-@pytest.mark.xfail(reason="sim: the contact stage is not wired in yet, so a missing URDF collision mesh "
-                          "is never opened; it should raise ModelError naming the file at build()", strict=False)
 def test_sim_missing_mesh_urdf(gs, tmp_path):
     text = (DATA / "arm7.urdf").read_text()
     old = '<geometry><cylinder radius="0.045" length="0.03"/></geometry>\n    </collision>'

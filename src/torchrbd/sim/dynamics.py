@@ -176,13 +176,16 @@ def limit_correction(ent: EntityStatics, Minv, acc, q, qd) -> torch.Tensor:
 
 # ----------------------------------------------------------------- stage
 def acceleration(ent: EntityStatics, ctrl: EntityControl, qpos, vel, h_implicit: float | None = None,
-                 extra_force: torch.Tensor | None = None) -> torch.Tensor:
+                 extra_force: torch.Tensor | None = None,
+                 extra_damping: torch.Tensor | None = None) -> torch.Tensor:
     """Generalized acceleration (B, nv) of one entity at state (qpos, vel).
 
     ``h_implicit``: the Euler step when damping is integrated implicitly (the
-    solve then uses ``M + h (D + Kv)``, with ``Kv`` the active PD velocity gains);
-    None for explicit damping (RK4).
+    solve then uses ``M + h (D + Kv + C)``, with ``Kv`` the active PD velocity gains
+    and ``C = extra_damping``); None for explicit damping (RK4).
     ``extra_force``: (B, nv) generalized forces from the contact stage, or None.
+    ``extra_damping``: (B, nv, nv) ``-d extra_force / d vel`` (the contact stage's
+    ``J^T D J``), or None; used only when ``h_implicit`` is given.
     The base part is the time derivative of the MIXED base velocity.
     """
     R, p, quat_cur = base_pose(ent, qpos, ctrl.base_pose)
@@ -197,6 +200,8 @@ def acceleration(ent: EntityStatics, ctrl: EntityControl, qpos, vel, h_implicit:
         # (M + h (D + Kv)) a = f: joint damping and PD velocity gains implicit in the Euler step
         damping = torch.nn.functional.pad(ent.damping, (off, 0)) + kv
         M = M + torch.diag_embed(h_implicit * damping)
+        if extra_damping is not None:
+            M = M + h_implicit * extra_damping
     if extra_force is not None:
         tau = tau + extra_force
     if not ent.limited:

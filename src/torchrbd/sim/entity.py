@@ -89,6 +89,7 @@ class RigidEntity(EntityGetters, EntitySetters):
         self.n_dofs = model.n + (6 if self.floating else 0)
         self.n_qs = model.n + (7 if self.floating else 0)
         self.n_links = model.nlink
+        self._contact_excludes = loaded.contact_excludes
         B, nv = sc._B, self.n_dofs
         t = dict(dtype=sc.dtype, device=sc.device)
         pose0 = torch.cat([loaded.base_pos, loaded.base_quat]).to(**t)

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from ..errors import FrameNotFoundError, JointNotFoundError
+from ..errors import FrameNotFoundError, InputError, JointNotFoundError
 from ..spatial import homogeneous, matrix_to_quat, skew
 from . import dynamics as dyn
 from . import quaternion as quat
@@ -221,3 +221,53 @@ class EntityGetters:
         self._need_built("get_mass")
         return wrap(self._inertial["mass"].value.sum(), self.scene)
 
+
+    def get_contacts(self, with_entity=None) -> dict:
+        """The candidate contacts acting on this entity at the current state.
+
+        A fixed number ``K`` of candidates (every contact the collision plan can
+        produce between this entity's geoms and the others'), evaluated now with
+        the scene's contact law; ``with_entity`` keeps those with that entity only.
+        Side ``a`` is this entity, ``b`` the other one. Tensors carry a leading
+        ``n_envs`` dimension when the scene has one:
+
+        * ``position`` (..., K, 3): world point midway between the two surfaces;
+        * ``normal`` (..., K, 3): unit, pushing this entity out of the other;
+        * ``force`` (..., K, 3): world force on this entity (the other gets ``-force``);
+        * ``penetration`` (..., K): depth in m (< 0: separated by that distance);
+        * ``valid_mask`` (..., K) bool: the contact is active (pushes: normal force > 0);
+        * ``link_a``, ``link_b``, ``geom_a``, ``geom_b``: lists of K names
+          (``link_b`` is ``"world"`` for static MJCF world geoms);
+        * ``entity_b`` (K,) long: index of the other entity in ``scene.entities``
+          (-1 for static world geoms).
+
+        Empty (K = 0) when collisions are disabled or nothing can touch this entity.
+        """
+        self._need_built("get_contacts")
+        sc = self.scene
+        if with_entity is not None and getattr(with_entity, "scene", None) is not sc:
+            raise InputError(f"{self._name('get_contacts')}: with_entity must be an entity of this scene")
+        with self._grad_ctx():
+            ents = sc._dynamic()
+            statics, ctrls = [e._statics() for e in ents], [e._control() for e in ents]
+            result = sc._contact_terms(statics, ctrls, [(e._qpos, e._vel) for e in ents])
+            if result is None:
+                out = _no_contacts(sc)
+            else:
+                out = sc._contact_stage.entity_contacts(sc, self, result, with_entity)
+        for key, value in out.items():
+            if isinstance(value, torch.Tensor) and key != "entity_b":
+                out[key] = wrap(value if sc.n_envs else value[0], sc)
+        return out
+
+
+def _no_contacts(scene) -> dict:
+    t = dict(dtype=scene.dtype, device=scene.device)
+    B = scene._B
+    return {
+        "position": torch.zeros(B, 0, 3, **t), "normal": torch.zeros(B, 0, 3, **t),
+        "force": torch.zeros(B, 0, 3, **t), "penetration": torch.zeros(B, 0, **t),
+        "valid_mask": torch.zeros(B, 0, dtype=torch.bool, device=scene.device),
+        "link_a": [], "link_b": [], "geom_a": [], "geom_b": [],
+        "entity_b": torch.zeros(0, dtype=torch.long, device=scene.device),
+    }

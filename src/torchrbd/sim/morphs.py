@@ -29,7 +29,8 @@ class Loaded:
 
     ``floating``: the base moves freely (6 dofs). ``base_pos``/``base_quat``: the
     initial (or, for a fixed base, permanent) pose of the root link in the world.
-    ``joint_q0``: (n,) initial joint positions.
+    ``joint_q0``: (n,) initial joint positions. ``contact_excludes``: link-name pairs
+    whose geoms never collide (MJCF ``<contact><exclude>``; ``"world"`` for the world body).
     """
 
     model: Model
@@ -37,6 +38,7 @@ class Loaded:
     base_pos: torch.Tensor
     base_quat: torch.Tensor
     joint_q0: torch.Tensor
+    contact_excludes: frozenset = frozenset()  # MJCF <contact><exclude> link-name pairs
 
 
 def _euler_quat(euler_deg) -> np.ndarray:
@@ -164,7 +166,7 @@ class MJCF(FileMorph):
     def load(self, material: Rigid) -> Loaded:
         import mujoco
 
-        from ..model.mjcf import from_mujoco_model
+        from ..model.mjcf import from_mujoco_model, mujoco_contact_excludes
 
         try:
             mj = mujoco.MjModel.from_xml_path(self.file)
@@ -182,7 +184,8 @@ class MJCF(FileMorph):
             j = mujoco.mj_name2id(mj, mujoco.mjtObj.mjOBJ_JOINT, name)
             q0.append(qpos0[mj.jnt_qposadr[j]] if j >= 0 else 0.0)
         pos, quat = self._pose(inner_pos, inner_quat)
-        return Loaded(model, model.floating and not self.fixed, pos, quat, torch.as_tensor(q0, dtype=torch.float64))
+        return Loaded(model, model.floating and not self.fixed, pos, quat, torch.as_tensor(q0, dtype=torch.float64),
+                      frozenset(mujoco_contact_excludes(mj)))
 
 
 def _effort_zero_is_unbounded(model: Model) -> Model:

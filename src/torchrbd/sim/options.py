@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 
 from ..errors import InputError
+from .contact import ContactParams
 
 
 class integrator(enum.Enum):
@@ -59,22 +60,30 @@ class RigidOptions:
 
     Args:
         integrator: ``gs.integrator.Euler`` (default) or ``gs.integrator.RK4``.
-        enable_collision: run the contact stage (collision geoms of the entities).
-        enable_self_collision: contacts between links of one entity.
+        enable_collision: run the contact stage (collision geoms of the entities,
+            see ``docs/simulator.md``).
+        enable_self_collision: contacts between non-adjacent bodies of one entity
+            (off by default).
         enable_joint_limit: keep joints inside their ``[lower, upper]`` limits with a
             one-sided soft constraint (see ``docs/simulator.md``).
         joint_limit_timeconst: time constant (s) of the limit constraint, MuJoCo's
             ``solref[0]``; the effective value is ``max(joint_limit_timeconst, 2 * dt)``.
         joint_limit_dampratio: damping ratio of the limit constraint (``solref[1]``).
+        contact_timeconst: time constant (s) of the soft contact constraint
+            (``ContactParams.timeconst``, MuJoCo's ``solref[0]``); the effective value is
+            ``max(contact_timeconst, 2 * dt)``.
+        contact_dampratio: its damping ratio (``solref[1]``).
         dt: optional rigid-solver step, overriding ``SimOptions.dt`` when set.
     """
 
     integrator: integrator = integrator.Euler
     enable_collision: bool = True
-    enable_self_collision: bool = True
+    enable_self_collision: bool = False
     enable_joint_limit: bool = True
     joint_limit_timeconst: float = 0.02
     joint_limit_dampratio: float = 1.0
+    contact_timeconst: float = ContactParams.timeconst
+    contact_dampratio: float = ContactParams.dampratio
     dt: float | None = None
 
     def __post_init__(self):
@@ -89,6 +98,8 @@ class RigidOptions:
             )
         if self.joint_limit_timeconst <= 0 or self.joint_limit_dampratio <= 0:
             raise InputError("RigidOptions.joint_limit_timeconst and joint_limit_dampratio must be positive")
+        if not (self.contact_timeconst > 0 and self.contact_dampratio > 0):
+            raise InputError("RigidOptions.contact_timeconst and contact_dampratio must be positive")
         if self.dt is not None and not (self.dt > 0):
             raise InputError(f"RigidOptions.dt must be positive, got {self.dt!r}")
 

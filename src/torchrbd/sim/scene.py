@@ -3,8 +3,10 @@
 One ``scene.step()`` advances every entity by ``dt`` in ``substeps`` integrator
 steps. Each integrator stage runs, on plain tensors:
 
-1. ``_contact_forces(state)``: the contact stage (generalized forces per entity,
-   or None when collisions are off or no entity has collision geoms);
+1. the contact stage (:mod:`torchrbd.sim.contact_stage`, planned once in
+   ``build()``): generalized contact forces per entity (and, for the Euler step,
+   their implicit damping), or None when collisions are off or no entity has
+   collision geoms;
 2. per entity, :func:`torchrbd.sim.dynamics.acceleration` (mass matrix and bias,
    control, passive and contact forces, solve, joint-limit constraint);
 
@@ -22,6 +24,7 @@ import torch
 
 from ..errors import InputError, SimulationError
 from . import dynamics as dyn
+from .contact_stage import ContactStage
 from .entity import RigidEntity
 from .integrators import INTEGRATORS
 from .materials import Rigid
@@ -75,6 +78,7 @@ class Scene:
         self.is_built = False
         self.n_envs, self._B = 0, 1
         self._t = 0
+        self._contact_stage = None  # planned by build()
 
     def __repr__(self):
         return f"Scene(uid={self.uid}, entities={len(self.entities)}, built={self.is_built}, n_envs={self.n_envs})"
@@ -132,6 +136,7 @@ class Scene:
         self.n_envs, self._B = int(n_envs), max(int(n_envs), 1)
         for entity in self.entities:
             entity._build()
+        self._contact_stage = ContactStage.build(self)
         self.is_built = True
         self._t = 0
 
@@ -143,23 +148,28 @@ class Scene:
     def _dynamic(self) -> list[RigidEntity]:
         return [e for e in self.entities if e.n_dofs > 0]
 
-    def _contact_forces(self, statics, ctrls, state):
-        """Contact stage: generalized contact forces (B, nv) per dynamic entity, or None.
+    def _contact_terms(self, statics, ctrls, state, implicit: bool = False):
+        """The contact stage at ``state`` (per dynamic entity, plain tensors): a
+        :class:`~torchrbd.sim.contact_stage.StageResult`, or None when ``enable_collision``
+        is off or no pair of collision geoms can touch."""
+        stage = self._contact_stage
+        if stage is None or stage.n_contacts == 0:
+            return None
+        return stage.evaluate(self, statics, ctrls, state, implicit)
 
-        Returns None when ``enable_collision`` is off or no entity has collision
-        geoms. The contact model (``sim/collision.py``, ``sim/contact.py``) is not
-        wired in yet, so it also returns None otherwise.
-        """
-        if not self.rigid_options.enable_collision:
-            return None
-        if not any(e._kd.model.geoms for e in self.entities):
-            return None
-        return None
+    def _contact_forces(self, statics, ctrls, state):
+        """Contact stage: generalized contact forces (B, nv) per dynamic entity (None for
+        an entity no contact acts on), or None when ``enable_collision`` is off or no
+        pair of collision geoms can touch."""
+        result = self._contact_terms(statics, ctrls, state)
+        return None if result is None else result.generalized
 
     def _accelerations(self, statics, ctrls, state, h_implicit):
-        extra = self._contact_forces(statics, ctrls, state)
+        result = self._contact_terms(statics, ctrls, state, implicit=h_implicit is not None)
+        force = [None] * len(statics) if result is None else result.generalized
+        damping = [None] * len(statics) if result is None else result.damping
         return [
-            dyn.acceleration(s, c, qpos, vel, h_implicit, None if extra is None else extra[i])
+            dyn.acceleration(s, c, qpos, vel, h_implicit, force[i], damping[i])
             for i, (s, c, (qpos, vel)) in enumerate(zip(statics, ctrls, state))
         ]
 

@@ -1,0 +1,104 @@
+"""Contact simulation throughput: the embedded humanoid on a floor.
+
+torchrbd.sim steps ``n_envs`` humanoids (MJCF ``torchrbd.models.path("humanoid",
+"mjcf")`` plus ``gs.morphs.Plane()``, Euler, contacts on) in one batched
+``scene.step()``; MuJoCo steps the same MJCF with a floor plane added to its
+worldbody in a single-core ``mujoco.mj_step`` loop (one environment; N
+environments on one core take N times as long). Both start from the file's
+initial pose (soles 4 cm above the floor) and first run ``--settle`` seconds so
+that the feet are on the floor. Prints a Markdown table of environment-steps per
+second::
+
+    python benchmarks/bench_contacts.py                       # n_envs 1 64 1024 4096
+    python benchmarks/bench_contacts.py --n-envs 1 64 --precision 64 --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+
+import torch
+
+import torchrbd.models
+import torchrbd.sim as gs
+
+FLOOR = '<geom name="floor" type="plane" size="0 0 0.1"/>'
+
+
+def _min_time(fn, min_seconds: float, min_calls: int) -> tuple[int, float]:
+    """Call ``fn`` until ``min_seconds`` have passed (at least ``min_calls`` times);
+    returns (calls, seconds)."""
+    calls, t0 = 0, time.perf_counter()
+    while calls < min_calls or time.perf_counter() - t0 < min_seconds:
+        fn()
+        calls += 1
+    return calls, time.perf_counter() - t0
+
+
+def torchrbd_rate(n_envs: int, dt: float, settle: float, seconds: float, device, sync) -> float:
+    """Environment-steps per second of torchrbd.sim with ``n_envs`` humanoids."""
+    scene = gs.Scene(sim_options=gs.options.SimOptions(dt=dt))
+    scene.add_entity(gs.morphs.MJCF(file=str(torchrbd.models.path("humanoid", "mjcf"))))
+    scene.add_entity(gs.morphs.Plane())
+    scene.build(n_envs=n_envs)
+    for _ in range(int(round(settle / dt))):
+        scene.step()
+
+    def step():
+        scene.step()
+        sync()
+
+    calls, elapsed = _min_time(step, seconds, 3)
+    return max(n_envs, 1) * calls / elapsed
+
+
+def mujoco_rate(dt: float, settle: float, seconds: float) -> float:
+    """Steps per second of ``mujoco.mj_step`` on the humanoid with a floor (one core)."""
+    import mujoco
+
+    xml = torchrbd.models.path("humanoid", "mjcf").read_text().replace("<worldbody>", "<worldbody>" + FLOOR, 1)
+    model = mujoco.MjModel.from_xml_string(xml)
+    model.opt.timestep = dt
+    data = mujoco.MjData(model)
+    for _ in range(int(round(settle / dt))):
+        mujoco.mj_step(model, data)
+    n = 1000
+
+    def burst():
+        for _ in range(n):
+            mujoco.mj_step(model, data)
+
+    calls, elapsed = _min_time(burst, seconds, 1)
+    return n * calls / elapsed
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--n-envs", type=int, nargs="+", default=[1, 64, 1024, 4096])
+    ap.add_argument("--dt", type=float, default=0.002, help="time step, s (the file's own)")
+    ap.add_argument("--settle", type=float, default=0.1, help="simulated seconds before timing")
+    ap.add_argument("--seconds", type=float, default=3.0, help="minimum wall time per measurement")
+    ap.add_argument("--precision", choices=["32", "64"], default="64")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (MuJoCo uses one core)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    args = ap.parse_args(argv)
+
+    torch.set_num_threads(args.threads)
+    gs.init(backend=gs.gpu if args.device == "cuda" else gs.cpu, precision=args.precision)
+    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
+    mj = mujoco_rate(args.dt, args.settle, args.seconds)
+    print(f"humanoid (24 dofs, 29 candidate contacts with the floor), dt = {args.dt} s, Euler, "
+          f"float{args.precision}, torch threads = {args.threads}, device = {args.device}")
+    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}\n")
+    print("| n_envs | torchrbd env-steps/s | torchrbd ms/step | MuJoCo mj_step (1 core) steps/s | torchrbd / MuJoCo |")
+    print("|---:|---:|---:|---:|---:|")
+    for n in args.n_envs:
+        rate = torchrbd_rate(n, args.dt, args.settle, args.seconds, args.device, sync)
+        print(f"| {n} | {rate:,.0f} | {1e3 * max(n, 1) / rate:.1f} | {mj:,.0f} | {rate / mj:.3f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

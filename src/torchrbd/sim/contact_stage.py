@@ -1,0 +1,405 @@
+"""The scene's contact stage: collision geoms -> generalized contact forces per entity.
+
+Built once by ``scene.build()`` (:meth:`ContactStage.build`), evaluated at every
+integrator stage (:meth:`ContactStage.evaluate`), on plain tensors:
+
+    slot poses and velocities (kinematics of every entity with geoms)
+      -> detect (collision.py) -> contact point velocities -> forces (contact.py)
+      -> per dynamic entity: generalized force  J^T f,
+         and for the Euler step the damping matrix  J^T D J  (see below)
+
+Slots
+-----
+Every entity with collision geoms gets one *slot* per body of its model (body ``i``
+of an entity is slot ``offset + i``); an entity without dofs (``Plane``, a fixed
+primitive) has one body, posed by its base pose. Those bodies and the root body of
+a fixed base are *immovable*: infinite mass, and never paired with each other (nor
+with the static world). MJCF geoms on the link ``"world"``
+(the file's world body and static scenery) are static: slot ``-1``, placed once at
+build time (a fixed base moved later does not move them).
+
+Candidate pairs (:meth:`~torchrbd.sim.collision.ContactPlan.build`): every pair of
+geoms on different slots, except pairs of immovable slots (or the static world),
+MJCF ``contype``/``conaffinity`` and ``<contact><exclude>``, and, unless
+``RigidOptions(enable_self_collision=True)``, pairs within one entity (with it:
+pairs of non-adjacent bodies). World geoms of an MJCF file count as an
+entity of their own, so they touch the file's robot as in MuJoCo.
+
+Friction: ``gs.materials.Rigid(friction=...)`` of the entity, else the geom's own
+(MJCF ``friction[0]``), else 1; a pair uses the larger of its two (MuJoCo's rule).
+
+Effective mass: the contact law (``contact.py``) needs the mass its soft constraint
+acts on. Each contact uses ``m_a m_b / (m_a + m_b)`` with ``m`` the *total mass of
+the entity* (the mass a foot holds up); immovable slots and the world have infinite mass.
+
+Force mapping
+-------------
+The kinematics run with the base placed at the origin, as in
+:mod:`torchrbd.algorithms`: ``kin.S`` holds each joint's twist about the base
+origin ``p_B`` (world axes), so body ``b`` moves with the twist
+``V_b = nu + sum_{j in support(b)} S_j qd_j`` about ``p_B`` (``nu`` the MIXED base
+velocity, 0 for a fixed base). A contact point ``x`` on body ``b`` therefore has the
+velocity ``J(x) [nu; qd]`` with, for ``r = x - p_B``,
+
+    base columns  [I3, -[r]x]          joint columns  S_lin,j + S_ang,j x r  (j in support(b))
+
+and a force ``f`` there gives the generalized force ``J(x)^T f`` (``[f; r x f]`` on the
+base: the MIXED base wrench). Shape A of a contact gets ``+f``, shape B ``-f``.
+
+Implicit contact damping (Euler)
+--------------------------------
+The law is a penalty with a stiff damper; explicit, it limits ``dt`` to about the
+time constant over the number of touching bodies, and much less for a light link
+of a heavy robot (whose effective mass is far below the entity mass). As MuJoCo's
+Euler does for joint damping, the Euler step treats the contact's velocity
+dependence implicitly: with ``D_k = c_n n n^T + c_t (I - n n^T)`` the derivative of the
+contact force with respect to the point velocity (normal: ``c_n = (2 m / tc) w s'`` while
+the normal force is positive; tangential: the secant gain of regularised Coulomb
+friction ``c_t = mu f_n / sqrt(|v_t|^2 + v_eps^2)``), it solves
+``(M + dt (D + Kv + J^T D J)) a = f``. Only each entity's own block is implicit; the
+coupling between two moving entities stays explicit (stable: it damps their relative
+velocity). RK4 uses the forces explicitly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .. import algorithms as alg
+from ..errors import ModelError
+from ..model.mjcf import WORLD
+from ..model.model import GeomType
+from ..spatial import quat_to_matrix, skew
+from . import dynamics as dyn
+from .collision import CollisionGeom, ContactPlan, Contacts, detect, geoms_from_model, model_slot_parent
+from .contact import _SHARE_FLOOR, ContactParams, contact_forces, contact_mass, contact_velocities, smooth_relu
+from .morphs import MJCF
+
+
+@dataclass(frozen=True)
+class _Member:
+    """An entity with collision geoms: its slots and the contacts acting on it.
+
+    ``contact (Ke,)`` indices into the K contacts where one side is this entity,
+    ``body (Ke,)`` that side's body (local index), ``sign (Ke,)`` +1 for shape A,
+    -1 for shape B; ``support (Ke, n)`` 1 where joint coordinate j moves that body;
+    ``body_support (nbody, n)`` the same per body.
+    """
+
+    entity: int  # index in scene.entities
+    dynamic: int  # index among scene._dynamic(), -1 for an entity without dofs
+    offset: int  # slot of body 0
+    nbody: int
+    contact: torch.Tensor
+    body: torch.Tensor
+    sign: torch.Tensor
+    support: torch.Tensor
+    body_support: torch.Tensor
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """One evaluation of the contact stage.
+
+    ``contacts``/``forces (B, K, 3)`` as :func:`~torchrbd.sim.contact.contact_forces`
+    (force on shape A); ``generalized[d]``: (B, nv) force on dynamic entity ``d``
+    (None when no contact acts on it); ``damping[d]``: (B, nv, nv) ``J^T D J`` or None.
+    """
+
+    contacts: Contacts
+    forces: torch.Tensor
+    generalized: list
+    damping: list
+
+
+@dataclass(frozen=True)
+class ContactStage:
+    """The contact plan of a scene and how its slots map to entities (fixed at build).
+
+    Per contact (K): ``geom_a/geom_b``, ``link_a/link_b`` names and
+    ``entity_a/entity_b`` (long, -1 for the static world) of its two shapes.
+    """
+
+    plan: ContactPlan
+    params: ContactParams
+    members: tuple
+    n_slots: int
+    geom_a: tuple
+    geom_b: tuple
+    link_a: tuple
+    link_b: tuple
+    entity_a: torch.Tensor
+    entity_b: torch.Tensor
+    _pose_cache: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def n_contacts(self) -> int:
+        return self.plan.n_contacts
+
+    # ------------------------------------------------------------ build
+    @classmethod
+    def build(cls, scene) -> "ContactStage | None":
+        """The stage of a scene whose entities are built; None when collisions are off
+        or no entity has a collision geom."""
+        opts = scene.rigid_options
+        if not opts.enable_collision:
+            return None
+        dynamic = {e.idx: d for d, e in enumerate(scene._dynamic())}
+        geoms, links, parents, exclude, fixed_slots = [], [], [], set(), [-1]
+        members = []  # (entity, nbody, offset)
+        for e in scene.entities:
+            model = e._kd.model
+            _check_meshes(e)
+            is_mjcf = isinstance(e.morph, MJCF)
+            world = [g for g in model.geoms if is_mjcf and g.link == WORLD]
+            own = [g for g in model.geoms if not (is_mjcf and g.link == WORLD)]
+            friction = e.material.friction
+            for g in world:
+                rot, pos = _world_geom_pose(e, g)
+                geoms.append(CollisionGeom(g, -1, rot, pos, entity=-2 - e.idx, friction=friction))
+                links.append(WORLD)
+            if not own:
+                continue
+            offset = len(parents)
+            for cg in geoms_from_model(model.replace(geoms=tuple(own)), slot_offset=offset, entity=e.idx):
+                geoms.append(dataclasses.replace(cg, friction=friction) if friction is not None else cg)
+                links.append(cg.geom.link)
+            parents.extend(model_slot_parent(model, offset))
+            if e.idx not in dynamic or not e.floating:  # the root body of a fixed base does not move
+                fixed_slots.append(offset)
+            for la, lb in getattr(e, "_contact_excludes", ()):
+                sa, sb = _link_slot(model, la, offset), _link_slot(model, lb, offset)
+                if sa is not None and sb is not None:
+                    exclude.add((sa, sb))
+            members.append((e, model.nbody, offset))
+        if not geoms:
+            return None
+        exclude.update((a, b) for a in fixed_slots for b in fixed_slots if a != b)  # immovable pairs
+        plan = ContactPlan.build(
+            geoms, exclude=exclude, self_collision=opts.enable_self_collision, slot_parent=parents,
+            dtype=scene.dtype, device=scene.device,
+        )
+        tc = max(opts.contact_timeconst, 2.0 * scene.substep_dt)
+        params = ContactParams(timeconst=tc, dampratio=opts.contact_dampratio)
+        t = dict(dtype=scene.dtype, device=scene.device)
+        long = dict(dtype=torch.long, device=scene.device)
+        sa, sb = plan.contact_slot_a.tolist(), plan.contact_slot_b.tolist()
+        out = []
+        for e, nb, offset in members:
+            topo = alg.topology(e._kd.model)
+            body_support = topo.ancestor[:, topo.body_of_dof].to(**t)  # (nbody, n)
+            rows = [(k, s - offset, 1.0) for k, s in enumerate(sa) if offset <= s < offset + nb]
+            rows += [(k, s - offset, -1.0) for k, s in enumerate(sb) if offset <= s < offset + nb]
+            k_idx = torch.tensor([r[0] for r in rows], **long)
+            body = torch.tensor([r[1] for r in rows], **long)
+            out.append(_Member(
+                entity=e.idx, dynamic=dynamic.get(e.idx, -1), offset=offset, nbody=nb, contact=k_idx,
+                body=body, sign=torch.tensor([r[2] for r in rows], **t), support=body_support[body],
+                body_support=body_support,
+            ))
+        pair = plan.pair_geom[plan.contact_pair].tolist()
+        ent = [cg.entity for cg in geoms]
+        ent = [x if x >= 0 else -1 for x in ent]  # world geoms: the static world
+        return cls(
+            plan=plan, params=params, members=tuple(out), n_slots=len(parents),
+            geom_a=tuple(plan.geom_names[a] for a, _ in pair), geom_b=tuple(plan.geom_names[b] for _, b in pair),
+            link_a=tuple(links[a] for a, _ in pair), link_b=tuple(links[b] for _, b in pair),
+            entity_a=torch.tensor([ent[a] for a, _ in pair], **long),
+            entity_b=torch.tensor([ent[b] for _, b in pair], **long),
+        )
+
+    # ------------------------------------------------------------ one stage
+    def evaluate(self, scene, statics, ctrls, state, implicit: bool) -> StageResult:
+        """Contacts, forces and per-dynamic-entity generalized forces at ``state``.
+
+        ``statics``/``ctrls``/``state``: per dynamic entity (``scene._dynamic()``
+        order), as the integrators pass them; ``implicit``: also return the damping
+        matrices of the Euler step.
+        """
+        B = scene._B
+        poses, frames, vels, masses = [], [], [], []
+        for m in self.members:
+            e = scene.entities[m.entity]
+            if m.dynamic < 0:
+                R, p = self._immovable_pose(e, B)
+                zero = torch.zeros_like(p)
+                poses.append((R, p))
+                vels.append((zero, zero))
+                frames.append(None)
+                masses.append(torch.full((1,), torch.inf, dtype=p.dtype, device=p.device))
+                continue
+            st, ctrl, (qpos, vel) = statics[m.dynamic], ctrls[m.dynamic], state[m.dynamic]
+            R, p, v_origin, w, pB, S = _slot_states(st, ctrl, qpos, vel, m.body_support)
+            poses.append((R, p))
+            vels.append((v_origin, w))
+            frames.append((pB, S))
+            total = st.kd.model.link_mass.sum()
+            if st.floating:
+                masses.append(total.expand(m.nbody))
+            else:  # the root body of a fixed base is immovable
+                masses.append(torch.cat([torch.full((1,), torch.inf, dtype=p.dtype, device=p.device),
+                                         total.expand(m.nbody - 1)]))
+        R = torch.cat([x[0] for x in poses], 1)
+        p = torch.cat([x[1] for x in poses], 1)
+        contacts = detect(self.plan, R, p)
+        v_origin, w = (torch.cat([v[i] for v in vels], 1) for i in (0, 1))
+        vel_a, vel_b = contact_velocities(contacts, v_origin, w)
+        mass = contact_mass(contacts, torch.cat(masses))
+        forces = contact_forces(contacts, vel_a, vel_b, self.params, mass)
+        coeffs = _damping_coefficients(contacts, vel_a, vel_b, forces, self.params, mass) if implicit else None
+        generalized, damping = [None] * len(statics), [None] * len(statics)
+        for m, fr in zip(self.members, frames):
+            if fr is None or m.contact.numel() == 0:
+                continue
+            st = statics[m.dynamic]
+            J = _point_jacobians(contacts.pos[:, m.contact] - fr[0][:, None], fr[1], m.support, st.floating)
+            f = forces[:, m.contact] * m.sign[:, None]
+            generalized[m.dynamic] = torch.einsum("bkin,bki->bn", J, f)
+            if coeffs is not None:
+                c_n, c_t = coeffs[0][:, m.contact], coeffs[1][:, m.contact]
+                jn = torch.einsum("bkin,bki->bkn", J, contacts.normal[:, m.contact])
+                damping[m.dynamic] = torch.einsum("bkin,bkim->bnm", J * c_t[..., None, None], J) + torch.einsum(
+                    "bkn,bkm->bnm", jn * (c_n - c_t)[..., None], jn
+                )
+        return StageResult(contacts, forces, generalized, damping)
+
+    def _immovable_pose(self, entity, B: int):
+        """``R (B, 1, 3, 3)``, ``p (B, 1, 3)`` of an entity without dofs, cached while its
+        base pose tensor stays the same object (setters and ``reset`` replace it)."""
+        key = (entity.idx, torch.is_grad_enabled())
+        hit = self._pose_cache.get(key)
+        if hit is None or hit[0] is not entity._base_pose:
+            pose = entity._base_pose.expand(B, 7)
+            hit = (entity._base_pose, quat_to_matrix(pose[:, 3:7])[:, None], pose[:, None, :3])
+            self._pose_cache[key] = hit
+        return hit[1], hit[2]
+
+    # ------------------------------------------------------------ reporting
+    def entity_contacts(self, scene, entity, result: StageResult, with_entity=None) -> dict:
+        """The contacts acting on ``entity`` (see ``RigidEntity.get_contacts``), batch-first (B, ...)."""
+        member = next((m for m in self.members if m.entity == entity.idx), None)
+        t = dict(dtype=scene.dtype, device=scene.device)
+        if member is None:
+            k_idx, sign = torch.zeros(0, dtype=torch.long, device=scene.device), torch.zeros(0, **t)
+        else:
+            k_idx, sign = member.contact, member.sign
+        side_a = (sign > 0).tolist()
+        ks = k_idx.tolist()
+        other_e = [(self.entity_b if a else self.entity_a)[k].item() for k, a in zip(ks, side_a)]
+        keep = [i for i, other in enumerate(other_e) if with_entity is None or other == with_entity.idx]
+        sel = torch.tensor(keep, dtype=torch.long, device=scene.device)
+        k_idx, sign = k_idx[sel], sign[sel]
+        c, B = result.contacts, scene._B
+        pos = c.pos[:, k_idx] if k_idx.numel() else torch.zeros(B, 0, 3, **t)
+        normal = c.normal[:, k_idx] * sign[:, None] if k_idx.numel() else torch.zeros(B, 0, 3, **t)
+        force = result.forces[:, k_idx] * sign[:, None] if k_idx.numel() else torch.zeros(B, 0, 3, **t)
+        depth = c.depth[:, k_idx] if k_idx.numel() else torch.zeros(B, 0, **t)
+        names = lambda a_side, b_side: [(a_side if side_a[i] else b_side)[ks[i]] for i in keep]  # noqa: E731
+        return {
+            "position": pos,
+            "normal": normal,
+            "force": force,
+            "penetration": depth,
+            "valid_mask": (force * normal).sum(-1) > 0,
+            "link_a": names(self.link_a, self.link_b),
+            "link_b": names(self.link_b, self.link_a),
+            "geom_a": names(self.geom_a, self.geom_b),
+            "geom_b": names(self.geom_b, self.geom_a),
+            "entity_b": torch.tensor([other_e[i] for i in keep], dtype=torch.long, device=scene.device),
+        }
+
+
+# ----------------------------------------------------------------- pieces
+def _world_geom_pose(entity, geom):
+    """world_H_geom (float64) of an MJCF world geom: as in the file for a floating
+    model; through the build-time base pose for a fixed one (``world`` is its root)."""
+    rot, pos = geom.rot.to(torch.float64), geom.pos.to(torch.float64)
+    model = entity._kd.model
+    if WORLD not in model._link_index:
+        return rot, pos
+    k = model._link_index[WORLD]
+    Rl, pl = model.link_rot[k].to(torch.float64), model.link_pos[k].to(torch.float64)
+    base = entity._pose_init[0].to(torch.float64)
+    Rb = quat_to_matrix(base[3:7])
+    return Rb @ Rl @ rot, Rb @ (Rl @ pos + pl) + base[:3]
+
+
+def _check_meshes(entity):
+    """Raise ModelError naming a collision mesh file that does not exist."""
+    for g in entity._kd.model.geoms:
+        if g.type == GeomType.MESH and g.vertices is None and g.mesh_file and not Path(g.mesh_file).is_file():
+            source = getattr(entity.morph, "file", type(entity.morph).__name__)
+            raise ModelError(
+                f"{source}: collision mesh {g.mesh_file!r} of link {g.link!r} not found (expected a mesh file "
+                "trimesh can read); fix the path or load the morph with collision=False"
+            )
+
+
+def _link_slot(model, link: str, offset: int):
+    """Slot of a link (-1 for the MJCF world), None for an unknown name."""
+    if link == WORLD and WORLD not in model._link_index:
+        return -1
+    k = model._link_index.get(link)
+    return None if k is None else offset + model.link_body[k]
+
+
+def _slot_states(st: dyn.EntityStatics, ctrl: dyn.EntityControl, qpos, vel, body_support):
+    """World poses and velocities of the bodies of one dynamic entity.
+
+    Returns ``R (B, nb, 3, 3)``, ``p (B, nb, 3)``, the body twists about the world
+    origin ``v_origin, w (B, nb, 3)`` (as :func:`~torchrbd.sim.contact.contact_velocities`
+    wants), the base origin ``p_B (B, 3)`` and the joint twists about it ``S (B, n, 6)``.
+    """
+    R0, p0, _ = dyn.base_pose(st, qpos, ctrl.base_pose)
+    q, qd = dyn.joints(st, qpos), dyn.joints(st, vel)
+    model = st.kd.model
+    kin = alg.forward(model, R0.permute(1, 2, 0).contiguous(), torch.zeros_like(p0).T.contiguous(), q.T.contiguous())
+    R = kin.R.permute(3, 0, 1, 2)
+    p = kin.p.permute(2, 0, 1) + p0[:, None]
+    S = kin.S[alg.topology(model).body_of_dof].permute(2, 0, 1)  # (B, n, 6) about p_B
+    V = torch.einsum("bj,Bjk->Bbk", body_support, S * qd[..., None])  # (B, nb, 6) [v at p_B; w]
+    if st.floating:
+        V = V + vel[:, None, :6]
+    w = V[..., 3:]
+    v_origin = V[..., :3] - torch.linalg.cross(w, p0[:, None].expand_as(w))
+    return R, p, v_origin, w, p0, S
+
+
+def _point_jacobians(r, S, support, floating: bool):
+    """(B, Ke, 3, nv) velocity of points ``p_B + r (B, Ke, 3)`` from ``[nu; qd]``.
+
+    ``S (B, n, 6)`` joint twists about ``p_B``; ``support (Ke, n)`` 1 where the joint
+    moves the point's body."""
+    Sl, Sa = S[..., :3][:, None], S[..., 3:][:, None]  # (B, 1, n, 3)
+    rr = r[:, :, None].expand(-1, -1, S.shape[1], -1)
+    Jq = (Sl + torch.linalg.cross(Sa.expand_as(rr), rr)) * support[None, :, :, None]  # (B, Ke, n, 3)
+    Jq = Jq.transpose(-1, -2)
+    if not floating:
+        return Jq
+    eye = torch.eye(3, dtype=r.dtype, device=r.device).expand(r.shape[0], r.shape[1], 3, 3)
+    return torch.cat([eye, -skew(r), Jq], -1)
+
+
+def _damping_coefficients(contacts: Contacts, vel_a, vel_b, forces, params: ContactParams, mass):
+    """``(c_n, c_t) (B, K)``: the normal and tangential gains of ``d force / d velocity``.
+
+    Normal: ``(2 m / tc) w s'(d)`` while the normal force is positive (``w`` the shared
+    weight of :func:`~torchrbd.sim.contact.contact_forces`); tangential: the secant gain
+    ``mu f_n / sqrt(|v_t|^2 + v_eps^2)`` of regularised Coulomb friction.
+    """
+    n = contacts.normal
+    v = vel_a - vel_b
+    vt = v - (v * n).sum(-1, keepdim=True) * n
+    s, ds = smooth_relu(contacts.depth, params.margin)
+    fn = (forces * n).sum(-1)
+    c = 2.0 * mass / params.timeconst
+    if params.shared:  # the weights of contact_forces (same floor)
+        total = s.new_zeros(s.shape).index_add(-1, contacts.slot_pair, s)[..., contacts.slot_pair]
+        ds = ds * s / torch.clamp(total, min=_SHARE_FLOOR * params.margin)
+    c_n = torch.where(fn > 0, c * ds, torch.zeros_like(fn))
+    c_t = contacts.friction * fn / torch.sqrt((vt * vt).sum(-1) + params.friction_vel**2)
+    return c_n, c_t
