@@ -23,30 +23,30 @@ class ModelError(TorchRBDError, ValueError):
     """A model file or model object that cannot be turned into a valid tree."""
 
 
-class FrameNotFoundError(TorchRBDError, KeyError):
-    """A frame (link or site) name that the model does not have."""
+class _UnknownName:
+    """Mixin: an unknown name, with the valid ones kept and the closest suggested."""
+
+    kind = "name"
 
     def __init__(self, name, valid, model_name: str = "model"):
         self.name = name
         self.valid = list(valid)
-        msg = f"unknown frame {name!r} in {model_name}{_suggest(name, self.valid)}"
-        super().__init__(msg)
+        super().__init__(f"unknown {self.kind} {name!r} in {model_name}{_suggest(name, self.valid)}")
 
     def __str__(self):  # KeyError would quote the message
         return self.args[0]
 
 
-class JointNotFoundError(ModelError, KeyError):
+class FrameNotFoundError(_UnknownName, TorchRBDError, KeyError):
+    """A frame (link or site) name that the model does not have."""
+
+    kind = "frame"
+
+
+class JointNotFoundError(_UnknownName, ModelError, KeyError):
     """A joint name (e.g. in ``joints_name_list``) that the model does not have."""
 
-    def __init__(self, name, valid, model_name: str = "model"):
-        self.name = name
-        self.valid = list(valid)
-        msg = f"unknown joint {name!r} in {model_name}{_suggest(name, self.valid)}"
-        super().__init__(msg)
-
-    def __str__(self):
-        return self.args[0]
+    kind = "joint"
 
 
 class InputError(TorchRBDError, ValueError):
