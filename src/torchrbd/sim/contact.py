@@ -170,12 +170,18 @@ def contact_forces(
     k = m / (params.timeconst * params.dampratio) ** 2
     c = 2.0 * m / params.timeconst
     fn = k * s - c * vn * ds
-    if params.shared:  # weight s_i / sum of s_j over the contacts of the same two slots
-        total = s.new_zeros(s.shape).index_add(-1, contacts.slot_pair, s)[..., contacts.slot_pair]
-        fn = fn * s / torch.clamp(total, min=_SHARE_FLOOR * params.margin)
+    if params.shared:
+        fn = fn * shared_weight(contacts, s, params)
     fn = fn.clamp(min=0.0)
     scale = contacts.friction * fn / torch.sqrt((vt * vt).sum(-1) + params.friction_vel**2)
     return fn[..., None] * n - scale[..., None] * vt
+
+
+def shared_weight(contacts: Contacts, s: torch.Tensor, params: ContactParams) -> torch.Tensor:
+    """(..., K) weight ``s_i / sum_j s_j`` over the contacts between the same two slots,
+    so that they act as one constraint; ``s`` is :func:`smooth_relu` of the depths."""
+    total = s.new_zeros(s.shape).index_add(-1, contacts.slot_pair, s)[..., contacts.slot_pair]
+    return s / torch.clamp(total, min=_SHARE_FLOOR * params.margin)
 
 
 def body_wrenches(contacts: Contacts, forces: torch.Tensor, n_slots: int) -> torch.Tensor:

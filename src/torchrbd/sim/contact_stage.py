@@ -76,7 +76,7 @@ from ..model.model import GeomType
 from ..spatial import quat_to_matrix, skew
 from . import dynamics as dyn
 from .collision import CollisionGeom, ContactPlan, Contacts, detect, geoms_from_model, model_slot_parent
-from .contact import _SHARE_FLOOR, ContactParams, contact_forces, contact_mass, contact_velocities, smooth_relu
+from .contact import ContactParams, contact_forces, contact_mass, contact_velocities, shared_weight, smooth_relu
 from .morphs import MJCF
 
 
@@ -397,9 +397,8 @@ def _damping_coefficients(contacts: Contacts, vel_a, vel_b, forces, params: Cont
     s, ds = smooth_relu(contacts.depth, params.margin)
     fn = (forces * n).sum(-1)
     c = 2.0 * mass / params.timeconst
-    if params.shared:  # the weights of contact_forces (same floor)
-        total = s.new_zeros(s.shape).index_add(-1, contacts.slot_pair, s)[..., contacts.slot_pair]
-        ds = ds * s / torch.clamp(total, min=_SHARE_FLOOR * params.margin)
+    if params.shared:  # the weights of contact_forces
+        ds = ds * shared_weight(contacts, s, params)
     c_n = torch.where(fn > 0, c * ds, torch.zeros_like(fn))
     c_t = contacts.friction * fn / torch.sqrt((vt * vt).sum(-1) + params.friction_vel**2)
     return c_n, c_t
