@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from pin_reference import REPRESENTATIONS, random_pose
+from pin_reference import REPRESENTATIONS
 from test_kinematics import close, sample
 
 REP_IDS = lambda r: r.name  # noqa: E731

@@ -268,7 +268,7 @@ def test_two_top_level_bodies_hang_from_a_world_root():
 
 def test_inertia_is_rotated_back_from_principal_axes():
     full = np.array([[0.3, 0.02, -0.01], [0.02, 0.2, 0.03], [-0.01, 0.03, 0.25]])
-    xml = f"""<mujoco><worldbody><body name="b"><joint/>
+    xml = """<mujoco><worldbody><body name="b"><joint/>
       <inertial pos="0.1 0.2 0.3" mass="2" fullinertia="0.3 0.2 0.25 0.02 -0.01 0.03"/>
     </body></worldbody></mujoco>"""
     model = from_mujoco_model(compile_(xml))

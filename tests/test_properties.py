@@ -259,8 +259,8 @@ def check_float32(kd, state, frames):
     for rep in REPRESENTATIONS:
         kd.set_frame_velocity_representation(rep)
         cases = [("near", state)] + ([("100 m", far(state))] if rep is not INERTIAL else [])
-        for where, st in cases:
-            errs = float32_errors(kd, *st, frames)
+        for where, sample in cases:
+            errs = float32_errors(kd, *sample, frames)
             for k, bound in F32_BOUNDS.items():
                 assert errs[k] <= bound, f"{k} ({rep.name}, base {where}): float32 error {errs[k]:.2e} > {bound:.0e}"
 

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ..errors import JointNotFoundError, ModelError, _suggest
-from .model import Geom, JointType, Model
+from .model import JointType, Model
 
 
 @dataclass
