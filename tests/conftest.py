@@ -12,6 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 DATA = Path(__file__).parent / "data"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 ERD = DATA / "example-robot-data"
 
 SEED_JOINTS = [
@@ -79,3 +80,10 @@ def sim_float64_one_thread():
     gs.init(backend=gs.cpu, precision="64")
     yield
     torch.set_num_threads(threads)
+
+
+def load_example(name: str) -> dict:
+    """The globals of ``examples/<name>.py`` run as a module (its ``main`` not called)."""
+    import runpy
+
+    return runpy.run_path(str(EXAMPLES / f"{name}.py"), run_name=name)

@@ -1,17 +1,11 @@
 """examples/policy_through_aba.py, system_identification.py and batched_rollouts.py,
 each run small: they work and show what their docstring promises."""
 
-import runpy
-from pathlib import Path
 
 import pytest
 import torch
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-
-
-def example(name):
-    return runpy.run_path(str(EXAMPLES / f"{name}.py"), run_name=name)
+from conftest import load_example as example
 
 
 def test_policy_through_aba_learns():

@@ -1,8 +1,6 @@
 """examples/adam_seed.py (adam's PyTorch-backend page run on torchrbd), small, with
 the shapes the page's comments promise."""
 
-import runpy
-from pathlib import Path
 
 import pytest
 import torch
@@ -10,14 +8,15 @@ import torch
 pytest.importorskip("icub_models")
 pytest.importorskip("mujoco")
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "adam_seed.py"
+from conftest import load_example  # noqa: E402
+
 N = 23  # iCub joints of the page's joints_name_list
 B = 8
 
 
 @pytest.fixture(scope="module")
 def out():
-    main = runpy.run_path(str(EXAMPLE), run_name="adam_seed")["main"]
+    main = load_example("adam_seed")["main"]
     default = torch.get_default_dtype()
     result = main(batch_size=B, steps=2)
     assert torch.get_default_dtype() == default  # the page's set_default_dtype is undone
