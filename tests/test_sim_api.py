@@ -410,3 +410,22 @@ def test_gpu_backend_matches_cpu(urdf):
             gs.init(backend=gs.cpu, precision="64")
     for a, b in zip(*results):
         torch.testing.assert_close(a.as_subclass(torch.Tensor), b.as_subclass(torch.Tensor))
+
+
+def test_morph_euler_is_extrinsic_xyz_in_degrees():
+    """euler=(a, b, c) in degrees means R = Rz(c) Ry(b) Rx(a), as in Genesis."""
+    a, b, c = (math.radians(x) for x in (30.0, -50.0, 120.0))
+    Rx = np.array([[1, 0, 0], [0, math.cos(a), -math.sin(a)], [0, math.sin(a), math.cos(a)]])
+    Ry = np.array([[math.cos(b), 0, math.sin(b)], [0, 1, 0], [-math.sin(b), 0, math.cos(b)]])
+    Rz = np.array([[math.cos(c), -math.sin(c), 0], [math.sin(c), math.cos(c), 0], [0, 0, 1]])
+    R = Rz @ Ry @ Rx
+    scene = gs.Scene()
+    box = scene.add_entity(gs.morphs.Box(size=(0.1, 0.2, 0.3), pos=(0, 0, 1), euler=(30.0, -50.0, 120.0)))
+    scene.build()
+    w, x, y, z = box.get_quat().detach().numpy()
+    from_quat = np.array([
+        [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+        [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+        [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+    ])
+    np.testing.assert_allclose(from_quat, R, atol=1e-12)

@@ -20,6 +20,7 @@ import torch
 from ..errors import InputError, ModelError
 from ..model.builder import LinkSpec, build_model
 from ..model.model import Geom, GeomType, Model
+from ..spatial import euler_to_quat, quat_multiply, quat_to_matrix
 from .materials import Rigid
 
 
@@ -41,33 +42,8 @@ class Loaded:
     contact_excludes: frozenset = frozenset()  # MJCF <contact><exclude> link-name pairs
 
 
-def _euler_quat(euler_deg) -> np.ndarray:
-    """Extrinsic x-y-z Euler angles (degrees) -> wxyz."""
-    ax, ay, az = (math.radians(float(a)) / 2 for a in euler_deg)
-    qx = np.array([math.cos(ax), math.sin(ax), 0, 0])
-    qy = np.array([math.cos(ay), 0, math.sin(ay), 0])
-    qz = np.array([math.cos(az), 0, 0, math.sin(az)])
-    return _qmul(qz, _qmul(qy, qx))
-
-
-def _qmul(a, b) -> np.ndarray:
-    aw, ax, ay, az = a
-    bw, bx, by, bz = b
-    return np.array([
-        aw * bw - ax * bx - ay * by - az * bz,
-        aw * bx + ax * bw + ay * bz - az * by,
-        aw * by - ax * bz + ay * bw + az * bx,
-        aw * bz + ax * by - ay * bx + az * bw,
-    ])
-
-
-def _qrot(q) -> np.ndarray:
-    w, x, y, z = q
-    return np.array([
-        [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
-        [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
-        [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
-    ])
+def _f64(x) -> torch.Tensor:
+    return torch.as_tensor(np.asarray(x, dtype=np.float64))
 
 
 class Morph:
@@ -90,7 +66,7 @@ class Morph:
             e = np.asarray(euler if euler is not None else (0.0, 0.0, 0.0), dtype=np.float64).reshape(-1)
             if e.shape != (3,):
                 raise InputError(f"morphs.{name}: euler must be 3 angles in degrees, got {e.tolist()}")
-            q = _euler_quat(e)
+            q = euler_to_quat(_f64(e)).numpy()
         self.pos = tuple(pos.tolist())
         self.quat = tuple(q.tolist())
         self.euler = None if euler is None else tuple(float(a) for a in euler)
@@ -103,8 +79,8 @@ class Morph:
 
     def _pose(self, inner_pos=(0.0, 0.0, 0.0), inner_quat=(1.0, 0.0, 0.0, 0.0)):
         """world pose of the root = morph pose composed with the file's own root pose."""
-        q = _qmul(np.array(self.quat), np.asarray(inner_quat, dtype=np.float64))
-        p = np.array(self.pos) + _qrot(np.array(self.quat)) @ np.asarray(inner_pos, dtype=np.float64)
+        q = quat_multiply(_f64(self.quat), _f64(inner_quat)).numpy()
+        p = np.array(self.pos) + quat_to_matrix(_f64(self.quat)).numpy() @ np.asarray(inner_pos, dtype=np.float64)
         return torch.as_tensor(p), torch.as_tensor(q / np.linalg.norm(q))
 
     def _drop_geoms(self, model: Model) -> Model:
