@@ -60,19 +60,9 @@ def cross(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], -2)
 
 
-def dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """(..., k, B) . (..., k, B) -> (..., B)."""
-    return (a * b).sum(-2)
-
-
 def transpose(A: torch.Tensor) -> torch.Tensor:
     """Swap the two matrix dimensions of (..., r, c, B)."""
     return A.transpose(-2, -3)
-
-
-def to_batch_last(x: torch.Tensor, k: int) -> torch.Tensor:
-    """(B, *s) with ``len(s) == k`` -> (*s, B) (a view)."""
-    return x.permute(*range(1, k + 1), 0)
 
 
 def to_batch_first(x: torch.Tensor) -> torch.Tensor:
