@@ -257,21 +257,27 @@ class KinDynComputations:
         """(B, k) argument -> (k, B), contiguous so that every later result is batch-last in memory."""
         return x.transpose(0, 1).contiguous()
 
-    def _state(self, model, a):
+    def _state(self, model, a, frame=None, subspaces=True):
         """Forward kinematics of the flattened inputs with the base placed at the origin
         (see :mod:`torchrbd.algorithms.representation`: positions in ``kin`` are relative
-        to the base). Returns (kin, base R (3, 3, B), base position pB (3, B))."""
+        to the base). Returns (kin, base R (3, 3, B), base position pB (3, B)).
+        With ``frame``, only the bodies from the base to that frame's body
+        (:func:`~torchrbd.algorithms.chain_forward`)."""
         H = a["base_transform"]
         R = H[:, :3, :3].permute(1, 2, 0).contiguous()
         pB = H[:, :3, 3].transpose(0, 1).contiguous()
-        return alg.forward(model, R, torch.zeros_like(pB), self._bl(a["joint_positions"])), R, pB
+        q = self._bl(a["joint_positions"])
+        if frame is None:
+            return alg.forward(model, R, torch.zeros_like(pB), q), R, pB
+        body = model.frame(frame)[0]
+        return alg.chain_forward(model, R, torch.zeros_like(pB), q, body, subspaces), R, pB
 
     # ----------------------------------------------------------- kinematics
     def forward_kinematics(self, frame: str, base_transform, joint_positions) -> torch.Tensor:
         """world_H_frame (..., 4, 4)."""
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
         model.frame(frame)  # raises FrameNotFoundError with suggestions
-        kin, _, pB = self._state(model, a)
+        kin, _, pB = self._state(model, a, frame, subspaces=False)
         _, R, r = alg.frame_pose(model, kin, frame)
         H = homogeneous(to_batch_first(R), to_batch_first(r + pB))
         return H.reshape(*bs, 4, 4)
@@ -296,8 +302,17 @@ class KinDynComputations:
         """(..., 6, 6+n): frame velocity (in the representation) from the generalized velocity."""
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
         model.frame(frame)
-        kin, R, p = self._state(model, a)
-        return self._out(self._jacobian_parts(model, kin, R, p, frame, self.representation)[2], bs)
+        kin, R, p = self._state(model, a, frame)
+        _, RF, pF = alg.frame_pose(model, kin, frame)
+        # only the base columns and those of the chain's coordinates are nonzero: convert
+        # those (as twists, then the base block by T) and scatter the chain's into place
+        eye = torch.eye(6, dtype=R.dtype, device=R.device)[..., None].expand(6, 6, R.shape[-1])
+        cols = rep_.twists_to_rep(self.representation, torch.cat([eye, kin.S], 0), RF, pF, p)  # (6+k, 6, B)
+        base = rep_.rows_times_T(self.representation, cols[:6].transpose(0, 1), R, p)
+        nonzero = torch.cat([base, cols[6:].transpose(0, 1)], 1)  # (6, 6+k, B)
+        J = cols.new_zeros(6, 6 + model.n, R.shape[-1])
+        J[:, kin.chain.columns] = nonzero
+        return self._out(J, bs)
 
     def relative_jacobian(self, frame: str, joint_positions) -> torch.Tensor:
         """(..., 6, n): joint columns of the Jacobian with the base at the world origin

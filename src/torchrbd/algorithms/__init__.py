@@ -9,14 +9,14 @@ turns everything back to the batch-first user layout.
 from .crba import assemble, mass_matrix_top
 from .inertia import SpatialInertia, body_parameters, center_of_mass, world_inertias
 from .jacobians import jacobian_dot_mixed, jacobian_mixed, support_mask
-from .kinematics import Kinematics, body_poses, forward, frame_pose, link_poses, per_body
+from .kinematics import Kinematics, body_poses, chain_forward, forward, frame_pose, link_poses, per_body
 from .representation import Representations
 from .rnea import body_velocities, rnea_mixed
 from .topology import Topology, topology
 
 __all__ = [
     "Kinematics", "Representations", "SpatialInertia", "Topology", "body_parameters", "body_poses",
-    "body_velocities", "center_of_mass", "forward", "frame_pose", "jacobian_dot_mixed",
+    "body_velocities", "center_of_mass", "chain_forward", "forward", "frame_pose", "jacobian_dot_mixed",
     "jacobian_mixed", "link_poses", "mass_matrix_top", "assemble", "per_body", "rnea_mixed",
     "support_mask", "topology", "world_inertias",
 ]

@@ -12,7 +12,7 @@ import torch
 from ..model.model import Model
 from ..spatial import skew
 from .batchlast import cross, mm, mv
-from .topology import topology
+from .topology import Chain, chain, topology
 
 
 @dataclass
@@ -29,6 +29,7 @@ class Kinematics:
     R: torch.Tensor
     p: torch.Tensor
     S: torch.Tensor
+    chain: Chain | None = None  # set by chain_forward: rows for these bodies only
 
 
 def per_body(model: Model, x: torch.Tensor) -> torch.Tensor:
@@ -99,12 +100,50 @@ def body_poses(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: torc
     return X[:, :, :3], X[:, :, 3]
 
 
-def motion_subspaces(model: Model, R: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-    """(nb, 6, B) world-origin joint twists per unit joint velocity (see :class:`Kinematics`)."""
+def motion_subspaces(model: Model, R: torch.Tensor, p: torch.Tensor, bodies=slice(None)) -> torch.Tensor:
+    """(k, 6, B) world-origin joint twists per unit joint velocity (see :class:`Kinematics`)
+    of ``bodies`` (default all) posed by ``R`` (k, 3, 3, B), ``p`` (k, 3, B)."""
     topo = topology(model)
-    s = (R * model.joint_axis[:, None, :, None]).sum(-2)  # world axis (nb, 3, B)
-    rev, pri = topo.is_revolute[:, None, None], topo.is_prismatic[:, None, None]
+    axis = model.joint_axis[bodies][:, None, :, None]
+    s = (R * axis).sum(-2)  # world axis (k, 3, B)
+    rev, pri = topo.is_revolute[bodies][:, None, None], topo.is_prismatic[bodies][:, None, None]
     return torch.cat([cross(p, s) * rev + s * pri, s * rev], dim=1)
+
+
+def chain_forward(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: torch.Tensor, body: int,
+                  subspaces: bool = True) -> Kinematics:
+    """Kinematics of only the bodies on the path from the base to ``body``, what one
+    frame's pose and Jacobian need (:func:`frame_pose`, :func:`~.jacobians.jacobian_mixed`
+    accept it): ``R``, ``p`` have one row per body of ``chain`` (the base alone when
+    ``body`` is the base), the last one ``body``'s; ``S`` (k, 6, B) one per coordinate
+    of ``chain.dofs`` (None unless ``subspaces``).
+
+    The chain is composed one body after the other; the local transforms of all its
+    joints are evaluated together first.
+    """
+    path = chain(model, body)
+    X = torch.cat([base_R, base_p[:, None]], 1).unsqueeze(0)  # (1, 3, 4, B)
+    if not len(path):
+        S = q.new_zeros(0, 6, q.shape[-1]) if subspaces else None
+        return Kinematics(X[:, :, :3], X[:, :, 3], S, path)
+    topo = topology(model)
+    qc = q.index_select(0, path.dofs)[:, None, None]  # (k, 1, 1, B)
+    C = _joint_pose_terms(model)[:, path.bodies, ..., None]
+    local = C[0]
+    if topo.has_revolute:
+        local = torch.addcmul(local, C[1], torch.sin(qc))
+        local = torch.addcmul(local, C[2], 1 - torch.cos(qc))
+    if topo.has_prismatic:
+        local = torch.addcmul(local, C[3], qc)
+    local = local.expand(-1, -1, -1, q.shape[-1])
+    poses = []
+    for i in range(len(path)):
+        X = _compose(X, local[i : i + 1])
+        poses.append(X)
+    X = torch.cat(poses, 0) if subspaces else X
+    R, p = X[:, :, :3], X[:, :, 3]
+    S = motion_subspaces(model, R, p, path.bodies) if subspaces else None
+    return Kinematics(R=R, p=p, S=S, chain=path)
 
 
 def forward(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: torch.Tensor) -> Kinematics:
@@ -120,7 +159,9 @@ def link_poses(model: Model, kin: Kinematics):
 
 
 def frame_pose(model: Model, kin: Kinematics, frame: str):
-    """World pose of one frame: body index, (3, 3, B), (3, B)."""
+    """World pose of one frame: body index, (3, 3, B), (3, B). ``kin`` may be a
+    :func:`chain_forward` to the frame's body."""
     body, rot, pos = model.frame(frame)
-    Rb, pb = kin.R[body], kin.p[body]
+    row = body if kin.chain is None else -1
+    Rb, pb = kin.R[row], kin.p[row]
     return body, mm(Rb, rot[..., None]), pb + mv(Rb, pos[..., None])

@@ -128,3 +128,38 @@ def topology(model: Model) -> Topology:
     return _topology(
         model.body_parent, model.joint_type, model.body_dof, model.link_body, str(ref.device), ref.dtype
     )
+
+
+@dataclass(frozen=True)
+class Chain:
+    """The bodies on the path from the base's child down to one body (root side
+    first; empty for the base): ``bodies`` and ``dofs`` (k,) long, their coordinates;
+    ``columns`` (6+k,) the columns of the generalized velocity that move the body
+    (the base's 6, then ``6 + dofs``)."""
+
+    bodies: torch.Tensor
+    dofs: torch.Tensor
+    columns: torch.Tensor
+
+    def __len__(self) -> int:
+        return self.bodies.shape[0]
+
+
+@lru_cache(maxsize=256)
+def _chain(parents: tuple, body_dof: tuple, body: int, device: str) -> Chain:
+    path = []
+    while body > 0:
+        path.append(body)
+        body = parents[body]
+    path.reverse()
+    dofs = [body_dof[b] for b in path]
+    return Chain(
+        bodies=torch.tensor(path, dtype=torch.long, device=device),
+        dofs=torch.tensor(dofs, dtype=torch.long, device=device),
+        columns=torch.tensor(list(range(6)) + [6 + d for d in dofs], dtype=torch.long, device=device),
+    )
+
+
+def chain(model: Model, body: int) -> Chain:
+    """The cached :class:`Chain` from the base to ``body`` on the model's device."""
+    return _chain(model.body_parent, model.body_dof, body, str(model.body_rot.device))
