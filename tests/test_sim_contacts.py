@@ -214,6 +214,74 @@ def test_implicit_damping_is_minus_the_velocity_derivative_without_friction():
     torch.testing.assert_close(res.damping[0][0].detach(), -dtau, rtol=1e-9, atol=1e-7)
 
 
+def _point_jacobians(robot, positions, links):
+    """(K, 3, nv) MIXED point Jacobians of the contact points, from KinDynComputations."""
+    from torchrbd.spatial import homogeneous, quat_to_matrix, skew
+
+    kd, qpos = robot._kd, _plain(robot.get_qpos()).detach()
+    H = homogeneous(quat_to_matrix(qpos[3:7]), qpos[:3])
+    out = []
+    for link, x in zip(links, positions):
+        J = kd.jacobian(link, H, qpos[7:])
+        o = kd.forward_kinematics(link, H, qpos[7:])[:3, 3]
+        out.append(J[:3] - skew(x - o) @ J[3:])
+    return torch.stack(out)
+
+
+def test_implicit_damping_is_the_sum_of_point_jacobian_products_with_friction():
+    scene, robot = _penetrating_quadruped()
+    res = _stage(scene, implicit=True)
+    c = robot.get_contacts()
+    assert all(a_side == link for a_side, link in zip(scene._contact_stage.link_a, c["link_a"]))  # robot is A
+    J = _point_jacobians(robot, _plain(c["position"]).detach(), c["link_a"])
+    vel_a = (J @ robot._vel[0].detach())[None]
+    mass = robot._kd.model.link_mass.sum()
+    c_n, c_t = contact_stage._damping_coefficients(
+        res.contacts, vel_a, torch.zeros_like(vel_a), res.forces.detach(), scene._contact_stage.params, mass
+    )
+    n = res.contacts.normal[0]
+    nn = n[:, :, None] * n[:, None, :]
+    D = c_n[0, :, None, None] * nn + c_t[0, :, None, None] * (torch.eye(3, dtype=n.dtype) - nn)
+    assert c_t.max() > 100 and (c_n - c_t).abs().max() > 100  # both parts of D count
+    expected = torch.einsum("kin,kij,kjm->nm", J, D, J)
+    torch.testing.assert_close(res.damping[0][0].detach(), expected, rtol=1e-10, atol=1e-8)
+
+
+def test_euler_acceleration_folds_the_contact_terms_into_the_mass_matrix():
+    import dataclasses
+
+    from torchrbd.sim import dynamics as dyn
+
+    scene, robot = _penetrating_quadruped()
+    res = _stage(scene, implicit=True)
+    st = dataclasses.replace(robot._statics(), limited=False)
+    ctrl, qpos, vel, h = robot._control(), robot._qpos.detach(), robot._vel.detach(), 1e-3
+    acc = dyn.acceleration(st, ctrl, qpos, vel, h, res.loads[0])
+    R, p, quat = dyn.base_pose(st, qpos, None)
+    q, qd = dyn.joints(st, qpos), dyn.joints(st, vel)
+    M, bias = dyn.mass_and_bias(robot._kd, R, p, q, vel[:, :6], qd, True)
+    tau, kv = dyn.control_force(st, ctrl, qpos, vel, quat)
+    tau = tau + torch.nn.functional.pad(dyn.passive_force(st, q, qd), (6, 0)) + res.generalized[0]
+    damping = torch.nn.functional.pad(st.damping, (6, 0)) + kv
+    M = M + torch.diag_embed(h * damping) + h * res.damping[0]
+    torch.testing.assert_close(acc.detach(), torch.linalg.solve(M, tau - bias).detach(), rtol=1e-9, atol=1e-9)
+
+
+def test_damping_parameters_give_p_transpose_d_p():
+    g = torch.Generator().manual_seed(0)
+    r, n = torch.randn(5, 3, 2, generator=g, dtype=torch.float64), torch.randn(5, 3, 2, generator=g, dtype=torch.float64)
+    n = n / n.norm(dim=1, keepdim=True)
+    a, b = torch.rand(5, 1, 2, generator=g, dtype=torch.float64), torch.randn(5, 1, 2, generator=g, dtype=torch.float64)
+    lam = contact_stage._damping_matrix(contact_stage._damping_parameters(r, n, a, b))
+    from torchrbd.spatial import skew
+
+    for k in range(5):
+        for e in range(2):
+            P = torch.cat([torch.eye(3, dtype=torch.float64), -skew(r[k, :, e])], 1)
+            D = a[k, 0, e] * torch.eye(3, dtype=torch.float64) + b[k, 0, e] * torch.outer(n[k, :, e], n[k, :, e])
+            torch.testing.assert_close(lam[k, :, :, e], P.T @ D @ P, rtol=1e-12, atol=1e-12)
+
+
 # ------------------------------------------------------------ batching, rollout, options
 def _boxes(n_envs, requires_grad=False):
     """A box falling on the plane and a ball falling on the box."""

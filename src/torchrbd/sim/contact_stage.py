@@ -3,10 +3,12 @@
 Built once by ``scene.build()`` (:meth:`ContactStage.build`), evaluated at every
 integrator stage (:meth:`ContactStage.evaluate`), on plain tensors:
 
-    slot poses and velocities (kinematics of every entity with geoms)
+    slot poses and velocities (the stage's forward kinematics of every entity,
+    shared with the dynamics: dynamics.stage_kinematics)
       -> detect (collision.py) -> contact point velocities -> forces (contact.py)
-      -> per dynamic entity: generalized force  J^T f,
-         and for the Euler step the damping matrix  J^T D J  (see below)
+      -> per dynamic entity a ContactLoad (dynamics.py): the generalized force J^T f
+         and, for the Euler step, the damping matrix J^T D J, both in body-level
+         form, never through per-contact Jacobians (see below)
 
 Slots
 -----
@@ -46,6 +48,10 @@ velocity ``J(x) [nu; qd]`` with, for ``r = x - p_B``,
 and a force ``f`` there gives the generalized force ``J(x)^T f`` (``[f; r x f]`` on the
 base: the MIXED base wrench). Shape A of a contact gets ``+f``, shape B ``-f``.
 
+No ``J`` is formed: with ``W_k = [f_k; r_k x f_k]`` the contact's wrench about ``p_B``,
+``J^T f = [sum_k W_k; S_j . sum_{k moved by j} W_k]`` -- the backward pass of the
+RNEA, one matmul of the contacts' wrenches with the (Ke, n) support mask.
+
 Implicit contact damping (Euler)
 --------------------------------
 The law is a penalty with a stiff damper; explicit, it limits ``dt`` to about the
@@ -59,6 +65,16 @@ friction ``c_t = mu f_n / sqrt(|v_t|^2 + v_eps^2)``), it solves
 ``(M + dt (D + Kv + J^T D J)) a = f``. Only each entity's own block is implicit; the
 coupling between two moving entities stays explicit (stable: it damps their relative
 velocity). RK4 uses the forces explicitly.
+
+``J^T D J`` is built as the CRBA builds M: writing ``J_k = P_k [nu; S qd]`` with
+``P = [1, -[r]x]`` (body twist about ``p_B`` -> point velocity), each contact gives the
+6x6 matrix ``Lambda_k = P^T D P = c_t P^T P + (c_n - c_t) u u^T``, ``u = [n; r x n]``
+(``P^T P`` is the spatial inertia of a unit point mass at ``r``), and then
+``J^T D J = [[Lambda, Lambda_j S_j], [., S_a . Lambda_b S_b]]`` with ``Lambda`` the sum
+over all contacts and ``Lambda_j`` over those moved by ``j`` (``a`` supporting ``b``), as
+with composite inertias. ``Lambda`` is linear in 32 parameters per contact, which are
+summed over the subtrees in the same matmul as the wrenches; the Euler step folds the
+result into the CRBA's base block and coupling rows (:func:`dynamics.mass_matrix_and_bias`).
 """
 
 from __future__ import annotations
@@ -73,7 +89,8 @@ from .. import algorithms as alg
 from ..errors import ModelError
 from ..model.mjcf import WORLD
 from ..model.model import GeomType
-from ..spatial import quat_to_matrix, skew
+from ..algorithms.batchlast import cross
+from ..spatial import quat_to_matrix
 from . import dynamics as dyn
 from .collision import CollisionGeom, ContactPlan, Contacts, detect, geoms_from_model, model_slot_parent
 from .contact import ContactParams, contact_forces, contact_mass, contact_velocities, shared_weight, smooth_relu
@@ -85,9 +102,9 @@ class _Member:
     """An entity with collision geoms: its slots and the contacts acting on it.
 
     ``contact (Ke,)`` indices into the K contacts where one side is this entity,
-    ``body (Ke,)`` that side's body (local index), ``sign (Ke,)`` +1 for shape A,
-    -1 for shape B; ``support (Ke, n)`` 1 where joint coordinate j moves that body;
-    ``body_support (nbody, n)`` the same per body.
+    ``sign (Ke,)`` +1 for shape A, -1 for shape B; ``support (Ke, n)`` 1 where joint
+    coordinate j moves that side's body; ``joint_support (n, n)`` 1 where coordinate a
+    moves the body of coordinate b.
     """
 
     entity: int  # index in scene.entities
@@ -95,10 +112,9 @@ class _Member:
     offset: int  # slot of body 0
     nbody: int
     contact: torch.Tensor
-    body: torch.Tensor
     sign: torch.Tensor
     support: torch.Tensor
-    body_support: torch.Tensor
+    joint_support: torch.Tensor
 
 
 @dataclass(frozen=True)
@@ -106,14 +122,23 @@ class StageResult:
     """One evaluation of the contact stage.
 
     ``contacts``/``forces (B, K, 3)`` as :func:`~torchrbd.sim.contact.contact_forces`
-    (force on shape A); ``generalized[d]``: (B, nv) force on dynamic entity ``d``
-    (None when no contact acts on it); ``damping[d]``: (B, nv, nv) ``J^T D J`` or None.
+    (force on shape A); ``loads[d]``: the :class:`~torchrbd.sim.dynamics.ContactLoad` on
+    dynamic entity ``d`` (None when no contact acts on it).
     """
 
     contacts: Contacts
     forces: torch.Tensor
-    generalized: list
-    damping: list
+    loads: list
+
+    @property
+    def generalized(self) -> list:
+        """Per dynamic entity: (B, nv) generalized contact force, or None."""
+        return [None if x is None else x.generalized for x in self.loads]
+
+    @property
+    def damping(self) -> list:
+        """Per dynamic entity: (B, nv, nv) ``J^T D J`` of the Euler step, or None."""
+        return [None if x is None else x.damping for x in self.loads]
 
 
 @dataclass(frozen=True)
@@ -198,8 +223,8 @@ class ContactStage:
             body = torch.tensor([r[1] for r in rows], **long)
             out.append(_Member(
                 entity=e.idx, dynamic=dynamic.get(e.idx, -1), offset=offset, nbody=nb, contact=k_idx,
-                body=body, sign=torch.tensor([r[2] for r in rows], **t), support=body_support[body],
-                body_support=body_support,
+                sign=torch.tensor([r[2] for r in rows], **t), support=body_support[body],
+                joint_support=body_support[topo.body_of_dof].T.contiguous(),
             ))
         pair = plan.pair_geom[plan.contact_pair].tolist()
         ent = [cg.entity for cg in geoms]
@@ -213,30 +238,31 @@ class ContactStage:
         )
 
     # ------------------------------------------------------------ one stage
-    def evaluate(self, scene, statics, ctrls, state, implicit: bool) -> StageResult:
-        """Contacts, forces and per-dynamic-entity generalized forces at ``state``.
+    def evaluate(self, scene, statics, ctrls, state, implicit: bool, kinematics=None) -> StageResult:
+        """Contacts, forces and the :class:`~torchrbd.sim.dynamics.ContactLoad` of every
+        dynamic entity at ``state``.
 
         ``statics``/``ctrls``/``state``: per dynamic entity (``scene._dynamic()``
-        order), as the integrators pass them; ``implicit``: also return the damping
-        matrices of the Euler step.
+        order), as the integrators pass them; ``implicit``: also the damping of the
+        Euler step; ``kinematics``: their :func:`~torchrbd.sim.dynamics.stage_kinematics`
+        if already computed.
         """
+        if kinematics is None:
+            kinematics = [dyn.stage_kinematics(*a, *x) for a, x in zip(zip(statics, ctrls), state)]
         B = scene._B
-        poses, frames, vels, masses = [], [], [], []
+        poses, vels, masses = [], [], []
         for m in self.members:
-            e = scene.entities[m.entity]
             if m.dynamic < 0:
-                R, p = self._immovable_pose(e, B)
+                R, p = self._immovable_pose(scene.entities[m.entity], B)
                 zero = torch.zeros_like(p)
                 poses.append((R, p))
                 vels.append((zero, zero))
-                frames.append(None)
                 masses.append(torch.full((1,), torch.inf, dtype=p.dtype, device=p.device))
                 continue
-            st, ctrl, (qpos, vel) = statics[m.dynamic], ctrls[m.dynamic], state[m.dynamic]
-            R, p, v_origin, w, pB, S = _slot_states(st, ctrl, qpos, vel, m.body_support)
+            st, sk = statics[m.dynamic], kinematics[m.dynamic]
+            R, p, v_origin, w = _slot_states(sk)
             poses.append((R, p))
             vels.append((v_origin, w))
-            frames.append((pB, S))
             total = st.kd.model.link_mass.sum()
             if st.floating:
                 masses.append(total.expand(m.nbody))
@@ -251,21 +277,12 @@ class ContactStage:
         mass = contact_mass(contacts, torch.cat(masses))
         forces = contact_forces(contacts, vel_a, vel_b, self.params, mass)
         coeffs = _damping_coefficients(contacts, vel_a, vel_b, forces, self.params, mass) if implicit else None
-        generalized, damping = [None] * len(statics), [None] * len(statics)
-        for m, fr in zip(self.members, frames):
-            if fr is None or m.contact.numel() == 0:
-                continue
-            st = statics[m.dynamic]
-            J = _point_jacobians(contacts.pos[:, m.contact] - fr[0][:, None], fr[1], m.support, st.floating)
-            f = forces[:, m.contact] * m.sign[:, None]
-            generalized[m.dynamic] = torch.einsum("bkin,bki->bn", J, f)
-            if coeffs is not None:
-                c_n, c_t = coeffs[0][:, m.contact], coeffs[1][:, m.contact]
-                jn = torch.einsum("bkin,bki->bkn", J, contacts.normal[:, m.contact])
-                damping[m.dynamic] = torch.einsum("bkin,bkim->bnm", J * c_t[..., None, None], J) + torch.einsum(
-                    "bkn,bkm->bnm", jn * (c_n - c_t)[..., None], jn
-                )
-        return StageResult(contacts, forces, generalized, damping)
+        loads = [None] * len(statics)
+        for m in self.members:
+            if m.dynamic >= 0 and m.contact.numel():
+                loads[m.dynamic] = _entity_load(m, statics[m.dynamic].floating, kinematics[m.dynamic],
+                                                contacts, forces, coeffs)
+        return StageResult(contacts, forces, loads)
 
     def _immovable_pose(self, entity, B: int):
         """``R (B, 1, 3, 3)``, ``p (B, 1, 3)`` of an entity without dofs, cached while its
@@ -347,41 +364,97 @@ def _link_slot(model, link: str, offset: int):
     return None if k is None else offset + model.link_body[k]
 
 
-def _slot_states(st: dyn.EntityStatics, ctrl: dyn.EntityControl, qpos, vel, body_support):
-    """World poses and velocities of the bodies of one dynamic entity.
-
-    Returns ``R (B, nb, 3, 3)``, ``p (B, nb, 3)``, the body twists about the world
-    origin ``v_origin, w (B, nb, 3)`` (as :func:`~torchrbd.sim.contact.contact_velocities`
-    wants), the base origin ``p_B (B, 3)`` and the joint twists about it ``S (B, n, 6)``.
-    """
-    R0, p0, _ = dyn.base_pose(st, qpos, ctrl.base_pose)
-    q, qd = dyn.joints(st, qpos), dyn.joints(st, vel)
-    model = st.kd.model
-    kin = alg.forward(model, R0.permute(1, 2, 0).contiguous(), torch.zeros_like(p0).T.contiguous(), q.T.contiguous())
-    R = kin.R.permute(3, 0, 1, 2)
-    p = kin.p.permute(2, 0, 1) + p0[:, None]
-    S = kin.S[alg.topology(model).body_of_dof].permute(2, 0, 1)  # (B, n, 6) about p_B
-    V = torch.einsum("bj,Bjk->Bbk", body_support, S * qd[..., None])  # (B, nb, 6) [v at p_B; w]
-    if st.floating:
-        V = V + vel[:, None, :6]
+def _slot_states(sk: dyn.StageKinematics):
+    """World poses and velocities of the bodies of one dynamic entity, batch-first:
+    ``R (B, nb, 3, 3)``, ``p (B, nb, 3)`` and the body twists about the world origin
+    ``v_origin, w (B, nb, 3)`` (as :func:`~torchrbd.sim.contact.contact_velocities` wants)."""
+    R = sk.kin.R.permute(3, 0, 1, 2)
+    p = sk.kin.p.permute(2, 0, 1) + sk.p0[:, None]
+    V = sk.body_twists().permute(2, 0, 1)  # (B, nb, 6) [v at p0; w]
     w = V[..., 3:]
-    v_origin = V[..., :3] - torch.linalg.cross(w, p0[:, None].expand_as(w))
-    return R, p, v_origin, w, p0, S
+    v_origin = V[..., :3] - torch.linalg.cross(w, sk.p0[:, None].expand_as(w))
+    return R, p, v_origin, w
 
 
-def _point_jacobians(r, S, support, floating: bool):
-    """(B, Ke, 3, nv) velocity of points ``p_B + r (B, Ke, 3)`` from ``[nu; qd]``.
+def _entity_load(m: _Member, floating: bool, sk: dyn.StageKinematics, contacts: Contacts, forces, coeffs):
+    """The :class:`~torchrbd.sim.dynamics.ContactLoad` of member ``m`` (see the module
+    docstring): each contact's wrench about ``p0`` and, with ``coeffs = (c_n, c_t) (B, K)``,
+    the parameters of its damping matrix ``Lambda``; both summed over the subtree of
+    every joint in one matmul with the support mask."""
+    cols = [contacts.pos[:, m.contact] - sk.p0[:, None], forces[:, m.contact] * m.sign[:, None]]
+    if coeffs is not None:
+        c_n, c_t = coeffs[0][:, m.contact], coeffs[1][:, m.contact]
+        cols += [contacts.normal[:, m.contact], c_t[..., None], (c_n - c_t)[..., None]]
+    x = torch.cat(cols, -1).permute(1, 2, 0).contiguous()  # (Ke, 6 or 11, B)
+    r, f = x[:, 0:3], x[:, 3:6]
+    per_contact = torch.cat([f, cross(r, f)], 1)  # wrenches [f; r x f] (Ke, 6, B)
+    if coeffs is not None:
+        per_contact = torch.cat([per_contact, _damping_parameters(r, x[:, 6:9], x[:, 9:10], x[:, 10:11])], 1)
+    Ke, width, B = per_contact.shape
+    subtree = (m.support.T @ per_contact.reshape(Ke, -1)).reshape(-1, width, B)  # (n, width, B) per joint
+    joint = (sk.S * subtree[:, :6]).sum(1)
+    total = per_contact.sum(0)
+    if coeffs is None:
+        return dyn.ContactLoad(floating, sk.S, m.joint_support, total[:6], joint)
+    lam_joint = _damping_matrix(subtree[:, 6:])
+    rows = (lam_joint * sk.S[:, None]).sum(2)  # Lambda_j S_j (n, 6, B)
+    lam_base = _damping_matrix(total[None, 6:])[0]
+    return dyn.ContactLoad(floating, sk.S, m.joint_support, total[:6], joint, lam_base, rows)
 
-    ``S (B, n, 6)`` joint twists about ``p_B``; ``support (Ke, n)`` 1 where the joint
-    moves the point's body."""
-    Sl, Sa = S[..., :3][:, None], S[..., 3:][:, None]  # (B, 1, n, 3)
-    rr = r[:, :, None].expand(-1, -1, S.shape[1], -1)
-    Jq = (Sl + torch.linalg.cross(Sa.expand_as(rr), rr)) * support[None, :, :, None]  # (B, Ke, n, 3)
-    Jq = Jq.transpose(-1, -2)
-    if not floating:
-        return Jq
-    eye = torch.eye(3, dtype=r.dtype, device=r.device).expand(r.shape[0], r.shape[1], 3, 3)
-    return torch.cat([eye, -skew(r), Jq], -1)
+
+def _upper_pairs(k: int):
+    return [(i, j) for i in range(k) for j in range(i, k)]
+
+
+_PAIRS3, _PAIRS6 = _upper_pairs(3), _upper_pairs(6)
+_DAMPING_PARAMETERS = 1 + 3 + 1 + len(_PAIRS3) + len(_PAIRS6)  # a, a r, a |r|^2, a r r^T, b u u^T
+
+
+def _damping_parameters(r, n, a, b):
+    """(Ke, 32, B) parameters of the contacts' damping matrices (see :func:`_damping_matrix`)
+    from ``r, n (Ke, 3, B)`` (contact point from ``p0``, normal) and ``a = c_t``,
+    ``b = c_n - c_t`` (Ke, 1, B). Linear in ``(a, b)``, so sums of them are the
+    parameters of sums of matrices."""
+    u = torch.cat([n, cross(r, n)], 1)
+    ar, bu = a * r, b * u
+    i3, j3 = zip(*_PAIRS3)
+    i6, j6 = zip(*_PAIRS6)
+    return torch.cat([a, ar, (ar * r).sum(1, keepdim=True), ar[:, i3] * r[:, j3], bu[:, i6] * u[:, j6]], 1)
+
+
+def _parameter_map() -> torch.Tensor:
+    """(36, 32) constant A with ``vec(Lambda) = A params``: with ``D = a 1 + b n n^T`` and
+    ``P = [1, -[r]x]`` (twist about ``p0`` -> velocity of the point ``p0 + r``),
+    ``Lambda = P^T D P = a P^T P + b u u^T``, ``u = P^T n = [n; r x n]``, where
+    ``P^T P = [[1, -[r]x], [[r]x, |r|^2 1 - r r^T]]`` (the spatial inertia of a unit
+    point mass at ``r``)."""
+    A = torch.zeros(6, 6, _DAMPING_PARAMETERS, dtype=torch.float64)
+    AR, R2, RR, UU = 1, 4, 5, 5 + len(_PAIRS3)
+    for i in range(3):
+        A[i, i, 0] = 1.0  # a 1
+        A[3 + i, 3 + i, R2] = 1.0  # a |r|^2 1
+        for c in range(3):
+            if i != c:  # [r]x[i, c] = +-r_k, k the third axis
+                k = 3 - i - c
+                sign = 1.0 if (i, c) in ((2, 1), (0, 2), (1, 0)) else -1.0
+                A[3 + i, c, AR + k] = sign
+                A[i, 3 + c, AR + k] = -sign
+    for p, (i, j) in enumerate(_PAIRS3):
+        A[3 + i, 3 + j, RR + p] -= 1.0
+        if i != j:
+            A[3 + j, 3 + i, RR + p] -= 1.0
+    for p, (i, j) in enumerate(_PAIRS6):
+        A[i, j, UU + p] = 1.0
+        A[j, i, UU + p] = 1.0
+    return A.reshape(36, -1)
+
+
+_PARAMETER_MAP = _parameter_map()
+
+
+def _damping_matrix(params):
+    """(k, 6, 6, B) damping matrices ``Lambda`` from their parameters (k, 32, B)."""
+    return torch.matmul(_PARAMETER_MAP.to(params), params).unflatten(1, (6, 6))
 
 
 def _damping_coefficients(contacts: Contacts, vel_a, vel_b, forces, params: ContactParams, mass):

@@ -14,11 +14,13 @@ Layout (the simulator's, as MuJoCo for the base):
   representation), so ``d/dt p = v``.
 * fixed base: ``qpos = q``, ``vel = qd``; the base pose is a separate (B, 7) tensor.
 
-The stage pipeline, in :func:`acceleration`:
+The stage pipeline: :func:`stage_kinematics` (one forward kinematics per entity
+and stage, shared with the contact stage), then in :func:`acceleration`:
 
-    kinematics + mass matrix + bias (CRBA, RNEA)  ->  control forces (PD / force,
-    clamped to the force range)  ->  passive joint forces (spring, damping)  ->
-    contact forces (given by the scene)  ->  solve  ->  joint-limit constraint.
+    mass matrix + bias (CRBA, RNEA on those kinematics)  ->  control forces (PD /
+    force, clamped to the force range)  ->  passive joint forces (spring, damping)
+    ->  contact forces and their implicit damping (a :class:`ContactLoad` from the
+    scene's contact stage)  ->  Cholesky solve  ->  joint-limit constraint.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..spatial import homogeneous, matvec, quat_multiply, quat_to_matrix
+from .. import algorithms as alg
+from ..spatial import matvec, quat_multiply, quat_to_matrix
 from . import quaternion as quat
 
 FORCE, VELOCITY, POSITION = 0, 1, 2  # control modes per dof
@@ -103,17 +106,126 @@ def joints(ent: EntityStatics, x: torch.Tensor) -> torch.Tensor:
     return x[:, 7:] if x.shape[1] == ent.nq else x[:, 6:]
 
 
-def mass_and_bias(kd, R, p, q, nu, qd, floating: bool):
-    """Mass matrix M (B, nv, nv) (armature included) and bias h = C nu + g (B, nv) in
-    the simulator's velocity layout: ``kd`` (a MIXED-representation
-    :class:`~torchrbd.KinDynComputations`) for a floating base, its joint block with
-    zero base velocity for a fixed one."""
-    H = homogeneous(R, p)
+@dataclass(frozen=True)
+class StageKinematics:
+    """Forward kinematics of one entity at one integrator stage, computed once and
+    shared by the contact stage and :func:`acceleration`.
+
+    Batch-first: ``R0 (B, 3, 3)``, ``p0 (B, 3)``, ``quat (B, 4)`` the base pose,
+    ``q``/``qd (B, n)`` the joint block. Batch-last (the layout of
+    :mod:`torchrbd.algorithms`): ``kin`` with the base placed at the origin (positions
+    relative to ``p0``, twists about ``p0``, world axes), ``nu (6, B)`` the MIXED base
+    velocity (0 for a fixed base), ``qd_bl (n, B)``; ``S (n, 6, B)`` the joint twists
+    per coordinate (``kin.S`` at each coordinate's body).
+    """
+
+    model: object  # torchrbd Model of the entity (its kd's)
+    R0: torch.Tensor
+    p0: torch.Tensor
+    quat: torch.Tensor
+    q: torch.Tensor
+    qd: torch.Tensor
+    kin: alg.Kinematics
+    nu: torch.Tensor
+    qd_bl: torch.Tensor
+    S: torch.Tensor
+
+    def body_twists(self) -> torch.Tensor:
+        """(nb, 6, B) twist ``[v; w]`` of every body about ``p0`` (world axes)."""
+        return alg.body_velocities(self.model, self.kin, self.nu, self.qd_bl)[0]
+
+
+def _kinematics(model, R0, p0, quat_cur, q, qd, nu) -> StageKinematics:
+    """:class:`StageKinematics` of a base pose ``R0 (B, 3, 3), p0 (B, 3)``, joint state
+    ``q, qd (B, n)`` and MIXED base velocity ``nu (B, 6)`` (None: fixed base)."""
+    R_bl = R0.permute(1, 2, 0).contiguous()
+    kin = alg.forward(model, R_bl, torch.zeros_like(R_bl[0]), q.T.contiguous())
+    nu_bl = torch.zeros_like(R_bl[:2].reshape(6, -1)) if nu is None else nu.T.contiguous()
+    S = kin.S[alg.topology(model).body_of_dof]
+    return StageKinematics(model, R0, p0, quat_cur, q, qd, kin, nu_bl, qd.T.contiguous(), S)
+
+
+def stage_kinematics(ent: EntityStatics, ctrl: EntityControl, qpos, vel) -> StageKinematics:
+    """The :class:`StageKinematics` of one entity at state ``(qpos (B, nq), vel (B, nv))``."""
+    R0, p0, quat_cur = base_pose(ent, qpos, ctrl.base_pose)
+    nu = vel[:, :6] if ent.floating else None
+    return _kinematics(ent.kd.model, R0, p0, quat_cur, joints(ent, qpos), joints(ent, vel), nu)
+
+
+@dataclass(frozen=True)
+class ContactLoad:
+    """The contact forces on one entity and their implicit damping, in body-level form
+    (batch-last, about the base origin ``p0``, world axes; see
+    :mod:`torchrbd.sim.contact_stage`).
+
+    ``base (6, B)``: the total contact wrench ``[f; r x f]``; ``joint (n, B)``: the
+    joint forces ``S_j . W_j`` with ``W_j`` the wrench on the subtree moved by ``j``.
+    Damping (None unless the Euler step asked for it): ``damping_base (6, 6, B)`` the
+    sum of the contacts' 6x6 damping matrices ``Lambda`` (see the contact stage) and
+    ``damping_rows (n, 6, B)`` ``Lambda_j S_j`` with ``Lambda_j`` the sum over the
+    subtree moved by ``j``; with the joint twists ``S (n, 6, B)`` and
+    ``joint_support (n, n)`` (1 where coordinate a moves the body of coordinate b) they
+    make ``J^T D J`` as the CRBA makes M from composite inertias.
+    """
+
+    floating: bool
+    S: torch.Tensor
+    joint_support: torch.Tensor
+    base: torch.Tensor
+    joint: torch.Tensor
+    damping_base: torch.Tensor | None = None
+    damping_rows: torch.Tensor | None = None
+
+    @property
+    def generalized(self) -> torch.Tensor:
+        """(B, nv) generalized contact force ``sum J^T f``."""
+        return (torch.cat([self.base, self.joint], 0) if self.floating else self.joint).T
+
+    @property
+    def damping(self) -> torch.Tensor | None:
+        """(B, nv, nv) ``J^T D J`` (``-d generalized / d vel`` without friction), or None."""
+        if self.damping_rows is None:
+            return None
+        F = self.damping_rows.permute(2, 1, 0)  # (B, 6, n)
+        P = torch.bmm(self.S.permute(2, 0, 1), F)  # P[a, b] = S_a . Lambda_b S_b
+        sup = self.joint_support
+        joint = torch.where(sup.bool(), P, P.transpose(1, 2) * sup.T)
+        if not self.floating:
+            return joint
+        top = torch.cat([self.damping_base.permute(2, 0, 1), F], 2)
+        return torch.cat([top, torch.cat([F.transpose(1, 2), joint], 2)], 1)
+
+
+def mass_matrix_and_bias(sk: StageKinematics, floating: bool, damping=None):
+    """Mass matrix M (B, nv, nv) (armature included, batch-first contiguous) and bias
+    h = C nu + g (B, nv) in the simulator's velocity layout, from the kinematics ``sk``.
+
+    ``damping``: ``(h, load)`` adds ``h J^T D J`` of a :class:`ContactLoad` to M, folded
+    into the CRBA's base block and coupling rows (no separate nv x nv matrix).
+    """
+    model, kin = sk.model, sk.kin
+    inertia = alg.world_inertias(model, kin.R, kin.p)
+    Mbb, F, S = alg.mass_matrix_top(model, kin, inertia)
+    if damping is not None:
+        h, load = damping
+        Mbb = Mbb + h * load.damping_base if floating else Mbb
+        F = F + h * load.damping_rows
+    M = alg.assemble(model, Mbb, F, S, contiguous=True)
+    v, w = sk.nu[:3], sk.nu[3:]
+    g = model.gravity[:, None]
+    A0 = torch.cat([torch.linalg.cross(v, w, dim=0) - g, torch.zeros_like(w)], 0)  # MIXED: Tdot nu - [g; 0]
+    bias = alg.rnea_mixed(model, kin, inertia, sk.nu, A0, sk.qd_bl, torch.zeros_like(sk.qd_bl)).T
     if floating:
-        return kd.mass_matrix_and_bias_force(H, q, nu, qd)
-    zero6 = torch.zeros(q.shape[0], 6, dtype=q.dtype, device=q.device)
-    M, h = kd.mass_matrix_and_bias_force(H, q, zero6, qd)
-    return M[:, 6:, 6:], h[:, 6:]
+        return M, bias
+    return M[:, 6:, 6:].contiguous(), bias[:, 6:]
+
+
+def mass_and_bias(kd, R, p, q, nu, qd, floating: bool):
+    """:func:`mass_matrix_and_bias` of ``kd`` (a MIXED-representation
+    :class:`~torchrbd.KinDynComputations`) at base pose ``R (B, 3, 3), p (B, 3)``,
+    joints ``q, qd (B, n)`` and base velocity ``nu (B, 6)`` (ignored for a fixed base)."""
+    sk = _kinematics(kd.model, R, p, None, q, qd, nu if floating else None)
+    return mass_matrix_and_bias(sk, floating)
 
 
 def dofs_position_error(ent: EntityStatics, qpos, quat_cur, target):
@@ -151,64 +263,74 @@ def passive_force(ent: EntityStatics, q, qd) -> torch.Tensor:
     return -ent.stiffness * q - ent.damping * qd
 
 
-def limit_correction(ent: EntityStatics, Minv, acc, q, qd) -> torch.Tensor:
+def limit_correction(ent: EntityStatics, Linv, acc, q, qd) -> torch.Tensor:
     """One-sided soft joint-limit constraint (MuJoCo ``solref`` style, diagonal).
 
     For a joint past a limit by ``r > 0`` it asks for the reference acceleration
     ``a_ref = -b qd -/+ k r`` (``b = 2 / tc``, ``k = 1 / (tc zeta)^2``) and applies
     the force ``m_eff (a_ref - a)`` that achieves it, ``m_eff = 1 / (M^-1)_ii``,
-    kept one-sided (it only pushes back into the range). Returns the extra
-    generalized acceleration ``M^-1 f`` (B, nv).
+    kept one-sided (it only pushes back into the range). ``Linv (B, nv, nv)`` is the
+    inverse Cholesky factor, ``M^-1 = Linv^T Linv``. Returns the extra generalized
+    acceleration ``M^-1 f`` (B, nv).
     """
     tc, zeta = ent.limit_timeconst, ent.limit_dampratio
     b, k = 2.0 / tc, 1.0 / (tc * zeta) ** 2
     off = 6 if ent.floating else 0
     a = acc[:, off:]
-    m_eff = 1.0 / torch.diagonal(Minv, dim1=-2, dim2=-1)[:, off:]
+    m_eff = 1.0 / (Linv[:, :, off:] * Linv[:, :, off:]).sum(1)
     r_up = torch.where(ent.has_upper, q - ent.upper, -1.0)  # > 0 past the upper limit
     r_lo = torch.where(ent.has_lower, ent.lower - q, -1.0)  # > 0 past the lower limit
     f_up = torch.clamp(m_eff * (-k * r_up - b * qd - a), max=0.0)
     f_lo = torch.clamp(m_eff * (k * r_lo - b * qd - a), min=0.0)
     f = torch.where(r_up > 0, f_up, 0.0) + torch.where(r_lo > 0, f_lo, 0.0)
     f = torch.nn.functional.pad(f, (off, 0))
-    return matvec(Minv, f)
+    return _inverse_times(Linv, f)
+
+
+def _inverse_times(Linv, x):
+    """``M^-1 x = Linv^T (Linv x)`` for x (B, nv)."""
+    return matvec(Linv.transpose(1, 2), matvec(Linv, x))
+
+
+def solve(ent: EntityStatics, M, rhs, q, qd) -> torch.Tensor:
+    """``M^-1 rhs`` (B, nv) plus the joint-limit correction, by Cholesky: M (with the
+    implicit damping of the Euler step) is symmetric positive definite. ``cholesky_ex``
+    does not raise, so one diverged environment gives NaN there, not an error."""
+    L = torch.linalg.cholesky_ex(M)[0]
+    if not ent.limited:
+        return torch.cholesky_solve(rhs[..., None], L)[..., 0]
+    eye = torch.eye(M.shape[-1], dtype=M.dtype, device=M.device).expand_as(M)
+    Linv = torch.linalg.solve_triangular(L, eye, upper=False)
+    acc = _inverse_times(Linv, rhs)
+    return acc + limit_correction(ent, Linv, acc, q, qd)
 
 
 # ----------------------------------------------------------------- stage
 def acceleration(ent: EntityStatics, ctrl: EntityControl, qpos, vel, h_implicit: float | None = None,
-                 extra_force: torch.Tensor | None = None,
-                 extra_damping: torch.Tensor | None = None) -> torch.Tensor:
+                 contact: ContactLoad | None = None, kinematics: StageKinematics | None = None) -> torch.Tensor:
     """Generalized acceleration (B, nv) of one entity at state (qpos, vel).
 
     ``h_implicit``: the Euler step when damping is integrated implicitly (the
     solve then uses ``M + h (D + Kv + C)``, with ``Kv`` the active PD velocity gains
-    and ``C = extra_damping``); None for explicit damping (RK4).
-    ``extra_force``: (B, nv) generalized forces from the contact stage, or None.
-    ``extra_damping``: (B, nv, nv) ``-d extra_force / d vel`` (the contact stage's
-    ``J^T D J``), or None; used only when ``h_implicit`` is given.
+    and ``C = J^T D J`` the contact damping of ``contact``); None for explicit damping (RK4).
+    ``contact``: the forces of the contact stage on this entity, or None.
+    ``kinematics``: :func:`stage_kinematics` at this state if already computed.
     The base part is the time derivative of the MIXED base velocity.
     """
-    R, p, quat_cur = base_pose(ent, qpos, ctrl.base_pose)
-    q, qd = joints(ent, qpos), joints(ent, vel)
-    nu = vel[:, :6] if ent.floating else None
-    M, h = mass_and_bias(ent.kd, R, p, q, nu, qd, ent.floating)
+    sk = kinematics if kinematics is not None else stage_kinematics(ent, ctrl, qpos, vel)
+    implicit_contact = h_implicit is not None and contact is not None and contact.damping_rows is not None
+    M, h = mass_matrix_and_bias(sk, ent.floating, (h_implicit, contact) if implicit_contact else None)
     off = 6 if ent.floating else 0
-    tau, kv = control_force(ent, ctrl, qpos, vel, quat_cur)
+    tau, kv = control_force(ent, ctrl, qpos, vel, sk.quat)
     if ent.n:
-        tau = tau + torch.nn.functional.pad(passive_force(ent, q, qd), (off, 0))
+        tau = tau + torch.nn.functional.pad(passive_force(ent, sk.q, sk.qd), (off, 0))
     if h_implicit is not None:
         # (M + h (D + Kv)) a = f: joint damping and PD velocity gains implicit in the Euler step
         damping = torch.nn.functional.pad(ent.damping, (off, 0)) + kv
-        M = M + torch.diag_embed(h_implicit * damping)
-        if extra_damping is not None:
-            M = M + h_implicit * extra_damping
-    if extra_force is not None:
-        tau = tau + extra_force
-    if not ent.limited:
-        return torch.linalg.solve(M, tau - h)
-    Minv = torch.linalg.inv(M)
-    acc = matvec(Minv, tau - h)
-    return acc + limit_correction(ent, Minv, acc, q, qd)
+        M.diagonal(dim1=-2, dim2=-1).add_(h_implicit * damping)  # M is a fresh tensor of ours
+    if contact is not None:
+        tau = tau + contact.generalized
+    return solve(ent, M, tau - h, sk.q, sk.qd)
 
 
 # ----------------------------------------------------------------- charts

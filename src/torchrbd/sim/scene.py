@@ -148,14 +148,15 @@ class Scene:
     def _dynamic(self) -> list[RigidEntity]:
         return [e for e in self.entities if e.n_dofs > 0]
 
-    def _contact_terms(self, statics, ctrls, state, implicit: bool = False):
+    def _contact_terms(self, statics, ctrls, state, implicit: bool = False, kinematics=None):
         """The contact stage at ``state`` (per dynamic entity, plain tensors): a
         :class:`~torchrbd.sim.contact_stage.StageResult`, or None when ``enable_collision``
-        is off or no pair of collision geoms can touch."""
+        is off or no pair of collision geoms can touch. ``kinematics``: the entities'
+        :func:`~torchrbd.sim.dynamics.stage_kinematics` at ``state``, if computed."""
         stage = self._contact_stage
         if stage is None or stage.n_contacts == 0:
             return None
-        return stage.evaluate(self, statics, ctrls, state, implicit)
+        return stage.evaluate(self, statics, ctrls, state, implicit, kinematics)
 
     def _contact_forces(self, statics, ctrls, state):
         """Contact stage: generalized contact forces (B, nv) per dynamic entity (None for
@@ -165,11 +166,12 @@ class Scene:
         return None if result is None else result.generalized
 
     def _accelerations(self, statics, ctrls, state, h_implicit):
-        result = self._contact_terms(statics, ctrls, state, implicit=h_implicit is not None)
-        force = [None] * len(statics) if result is None else result.generalized
-        damping = [None] * len(statics) if result is None else result.damping
+        """One forward kinematics per entity, shared by the contact stage and the dynamics."""
+        kin = [dyn.stage_kinematics(s, c, qpos, vel) for s, c, (qpos, vel) in zip(statics, ctrls, state)]
+        result = self._contact_terms(statics, ctrls, state, h_implicit is not None, kin)
+        loads = [None] * len(statics) if result is None else result.loads
         return [
-            dyn.acceleration(s, c, qpos, vel, h_implicit, force[i], damping[i])
+            dyn.acceleration(s, c, qpos, vel, h_implicit, loads[i], kin[i])
             for i, (s, c, (qpos, vel)) in enumerate(zip(statics, ctrls, state))
         ]
 
