@@ -381,17 +381,18 @@ def _entity_load(m: _Member, floating: bool, sk: dyn.StageKinematics, contacts: 
     docstring): each contact's wrench about ``p0`` and, with ``coeffs = (c_n, c_t) (B, K)``,
     the parameters of its damping matrix ``Lambda``; both summed over the subtree of
     every joint in one matmul with the support mask."""
-    cols = [contacts.pos[:, m.contact] - sk.p0[:, None], forces[:, m.contact] * m.sign[:, None]]
+    k, sign, support = _active(m, forces)
+    cols = [contacts.pos[:, k] - sk.p0[:, None], forces[:, k] * sign[:, None]]
     if coeffs is not None:
-        c_n, c_t = coeffs[0][:, m.contact], coeffs[1][:, m.contact]
-        cols += [contacts.normal[:, m.contact], c_t[..., None], (c_n - c_t)[..., None]]
+        c_n, c_t = coeffs[0][:, k], coeffs[1][:, k]
+        cols += [contacts.normal[:, k], c_t[..., None], (c_n - c_t)[..., None]]
     x = torch.cat(cols, -1).permute(1, 2, 0).contiguous()  # (Ke, 6 or 11, B)
     r, f = x[:, 0:3], x[:, 3:6]
     per_contact = torch.cat([f, cross(r, f)], 1)  # wrenches [f; r x f] (Ke, 6, B)
     if coeffs is not None:
         per_contact = torch.cat([per_contact, _damping_parameters(r, x[:, 6:9], x[:, 9:10], x[:, 10:11])], 1)
     Ke, width, B = per_contact.shape
-    subtree = (m.support.T @ per_contact.reshape(Ke, -1)).reshape(-1, width, B)  # (n, width, B) per joint
+    subtree = (support.T @ per_contact.reshape(Ke, width * B)).reshape(-1, width, B)  # (n, width, B) per joint
     joint = (sk.S * subtree[:, :6]).sum(1)
     total = per_contact.sum(0)
     if coeffs is None:
@@ -400,6 +401,18 @@ def _entity_load(m: _Member, floating: bool, sk: dyn.StageKinematics, contacts: 
     rows = (lam_joint * sk.S[:, None]).sum(2)  # Lambda_j S_j (n, 6, B)
     lam_base = _damping_matrix(total[None, 6:])[0]
     return dyn.ContactLoad(floating, sk.S, m.joint_support, total[:6], joint, lam_base, rows)
+
+
+def _active(m: _Member, forces):
+    """``(contact, sign, support)`` of ``m`` restricted to the contacts that push in some
+    environment. The others have zero force and zero damping gains in every environment
+    (and zero gradient: their normal force is clamped from below zero, or their depth is
+    beyond the margin), so they are dropped from the sums; the value is the same."""
+    pushing = forces[:, m.contact].ne(0).any(-1).any(0)
+    keep = pushing.nonzero()[:, 0]
+    if keep.numel() == m.contact.numel():
+        return m.contact, m.sign, m.support
+    return m.contact[keep], m.sign[keep], m.support[keep]
 
 
 def _upper_pairs(k: int):
