@@ -236,9 +236,9 @@ def test_implicit_damping_is_the_sum_of_point_jacobian_products_with_friction():
     J = _point_jacobians(robot, _plain(c["position"]).detach(), c["link_a"])
     vel_a = (J @ robot._vel[0].detach())[None]
     mass = robot._kd.model.link_mass.sum()
-    c_n, c_t = contact_stage._damping_coefficients(
-        res.contacts, vel_a, torch.zeros_like(vel_a), res.forces.detach(), scene._contact_stage.params, mass
-    )
+    from torchrbd.sim.contact import contact_forces_and_gains
+
+    _, c_n, c_t = contact_forces_and_gains(res.contacts, vel_a, torch.zeros_like(vel_a), scene._contact_stage.params, mass)
     n = res.contacts.normal[0]
     nn = n[:, :, None] * n[:, None, :]
     D = c_n[0, :, None, None] * nn + c_t[0, :, None, None] * (torch.eye(3, dtype=n.dtype) - nn)

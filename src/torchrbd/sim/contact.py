@@ -106,10 +106,9 @@ def point_velocity(v_origin: torch.Tensor, w: torch.Tensor, p: torch.Tensor) -> 
 
 def _gather_slots(x: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
     """``x (..., S, d)`` at ``slot (K,)``, zeros where ``slot < 0`` (static world)."""
-    if x.shape[-2] == 0:
-        return x.new_zeros(x.shape[:-2] + (slot.shape[0], x.shape[-1]))
-    picked = x[..., slot.clamp(min=0), :]
-    return torch.where((slot >= 0)[:, None], picked, torch.zeros_like(picked))
+    zero = x.new_zeros(x.shape[:-2] + (1, x.shape[-1]))
+    padded = torch.cat([x, zero], -2)  # row S: the static world
+    return padded.index_select(-2, torch.where(slot >= 0, slot, x.shape[-2]))
 
 
 def contact_velocities(contacts: Contacts, v_origin: torch.Tensor, w: torch.Tensor):
@@ -118,9 +117,10 @@ def contact_velocities(contacts: Contacts, v_origin: torch.Tensor, w: torch.Tens
     ``v_origin, w (..., S, 3)``: spatial velocity of each slot at the world origin
     (see :func:`point_velocity`); static slots (-1) have zero velocity.
     """
-    va = point_velocity(_gather_slots(v_origin, contacts.slot_a), _gather_slots(w, contacts.slot_a), contacts.pos)
-    vb = point_velocity(_gather_slots(v_origin, contacts.slot_b), _gather_slots(w, contacts.slot_b), contacts.pos)
-    return va, vb
+    v_origin, w = torch.broadcast_tensors(v_origin, w)
+    twist = torch.cat([v_origin, w], -1)
+    ta, tb = _gather_slots(twist, contacts.slot_a), _gather_slots(twist, contacts.slot_b)
+    return point_velocity(ta[..., :3], ta[..., 3:], contacts.pos), point_velocity(tb[..., :3], tb[..., 3:], contacts.pos)
 
 
 def contact_mass(contacts: Contacts, slot_mass: torch.Tensor) -> torch.Tensor:
@@ -161,6 +161,23 @@ def contact_forces(
     ``mass``: effective mass per contact (..., K) or scalar, kg (:func:`contact_mass`);
     ``None`` uses ``params.mass``. Contacts with ``depth <= -params.margin`` give exactly 0.
     """
+    return contact_forces_and_gains(contacts, vel_a, vel_b, params, mass)[0]
+
+
+def contact_forces_and_gains(
+    contacts: Contacts,
+    vel_a: torch.Tensor,
+    vel_b: torch.Tensor,
+    params: ContactParams = ContactParams(),
+    mass: torch.Tensor | float | None = None,
+):
+    """:func:`contact_forces` and the gains of ``-d force / d velocity``: ``(forces
+    (..., K, 3), c_n (..., K), c_t (..., K))``.
+
+    Normal: ``c_n = c w s'(d)`` while the normal force is positive (``w`` the shared
+    weight), else 0; tangential: the secant gain ``c_t = mu f_n / sqrt(|v_t|^2 + v_eps^2)``
+    of regularised Coulomb friction (``f_t = -c_t v_t``).
+    """
     m = params.mass if mass is None else mass
     n = contacts.normal
     v = vel_a - vel_b
@@ -171,10 +188,12 @@ def contact_forces(
     c = 2.0 * m / params.timeconst
     fn = k * s - c * vn * ds
     if params.shared:
-        fn = fn * shared_weight(contacts, s, params)
+        weight = shared_weight(contacts, s, params)
+        fn, ds = fn * weight, ds * weight
     fn = fn.clamp(min=0.0)
-    scale = contacts.friction * fn / torch.sqrt((vt * vt).sum(-1) + params.friction_vel**2)
-    return fn[..., None] * n - scale[..., None] * vt
+    c_t = contacts.friction * fn / torch.sqrt((vt * vt).sum(-1) + params.friction_vel**2)
+    c_n = torch.where(fn > 0, c * ds, torch.zeros_like(fn))
+    return fn[..., None] * n - c_t[..., None] * vt, c_n, c_t
 
 
 def shared_weight(contacts: Contacts, s: torch.Tensor, params: ContactParams) -> torch.Tensor:

@@ -93,7 +93,7 @@ from ..algorithms.batchlast import cross
 from ..spatial import quat_to_matrix
 from . import dynamics as dyn
 from .collision import CollisionGeom, ContactPlan, Contacts, detect, geoms_from_model, model_slot_parent
-from .contact import ContactParams, contact_forces, contact_mass, contact_velocities, shared_weight, smooth_relu
+from .contact import ContactParams, contact_forces_and_gains, contact_mass, contact_velocities
 from .morphs import MJCF
 
 
@@ -273,10 +273,8 @@ class ContactStage:
         p = torch.cat([x[1] for x in poses], 1)
         contacts = detect(self.plan, R, p)
         v_origin, w = (torch.cat([v[i] for v in vels], 1) for i in (0, 1))
-        vel_a, vel_b = contact_velocities(contacts, v_origin, w)
-        mass = contact_mass(contacts, torch.cat(masses))
-        forces = contact_forces(contacts, vel_a, vel_b, self.params, mass)
-        coeffs = _damping_coefficients(contacts, vel_a, vel_b, forces, self.params, mass) if implicit else None
+        forces, c_n, c_t = _near_contact_forces(contacts, v_origin, w, torch.cat(masses), self.params)
+        coeffs = (c_n, c_t) if implicit else None
         loads = [None] * len(statics)
         for m in self.members:
             if m.dynamic >= 0 and m.contact.numel():
@@ -470,21 +468,27 @@ def _damping_matrix(params):
     return torch.matmul(_PARAMETER_MAP.to(params), params).unflatten(1, (6, 6))
 
 
-def _damping_coefficients(contacts: Contacts, vel_a, vel_b, forces, params: ContactParams, mass):
-    """``(c_n, c_t) (B, K)``: the normal and tangential gains of ``d force / d velocity``.
+def _near_contact_forces(contacts: Contacts, v_origin, w, slot_mass, params: ContactParams):
+    """:func:`~torchrbd.sim.contact.contact_forces_and_gains` of all K contacts:
+    ``forces (B, K, 3)``, ``c_n, c_t (B, K)``, evaluated only on the contacts within
+    the margin (``depth >= -margin``) in some environment. The others give exactly zero
+    (value and gradient: the smoothed ReLU and its slope are 0 there) and add nothing
+    to the shared weights."""
+    K = contacts.depth.shape[-1]
+    near = (contacts.depth >= -params.margin).any(0).nonzero()[:, 0]
+    sub = contacts if near.numel() == K else _subset(contacts, near)
+    vel_a, vel_b = contact_velocities(sub, v_origin, w)
+    out = contact_forces_and_gains(sub, vel_a, vel_b, params, contact_mass(sub, slot_mass))
+    if sub is contacts:
+        return out
+    return tuple(x.new_zeros(x.shape[:1] + (K,) + x.shape[2:]).index_copy(1, near, x) for x in out)
 
-    Normal: ``(2 m / tc) w s'(d)`` while the normal force is positive (``w`` the shared
-    weight of :func:`~torchrbd.sim.contact.contact_forces`); tangential: the secant gain
-    ``mu f_n / sqrt(|v_t|^2 + v_eps^2)`` of regularised Coulomb friction.
-    """
-    n = contacts.normal
-    v = vel_a - vel_b
-    vt = v - (v * n).sum(-1, keepdim=True) * n
-    s, ds = smooth_relu(contacts.depth, params.margin)
-    fn = (forces * n).sum(-1)
-    c = 2.0 * mass / params.timeconst
-    if params.shared:  # the weights of contact_forces
-        ds = ds * shared_weight(contacts, s, params)
-    c_n = torch.where(fn > 0, c * ds, torch.zeros_like(fn))
-    c_t = contacts.friction * fn / torch.sqrt((vt * vt).sum(-1) + params.friction_vel**2)
-    return c_n, c_t
+
+def _subset(contacts: Contacts, k: torch.Tensor) -> Contacts:
+    """The contacts ``k (K',)`` of ``contacts`` (B, K, ...), slot pairs renumbered."""
+    slot_pair = torch.unique(contacts.slot_pair[k], return_inverse=True)[1]
+    return Contacts(
+        pos=contacts.pos.index_select(1, k), normal=contacts.normal.index_select(1, k),
+        depth=contacts.depth.index_select(1, k), slot_a=contacts.slot_a[k], slot_b=contacts.slot_b[k],
+        friction=contacts.friction[k], pair=contacts.pair[k], slot_pair=slot_pair,
+    )
