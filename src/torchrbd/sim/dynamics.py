@@ -263,33 +263,33 @@ def passive_force(ent: EntityStatics, q, qd) -> torch.Tensor:
     return -ent.stiffness * q - ent.damping * qd
 
 
-def limit_correction(ent: EntityStatics, Linv, acc, q, qd) -> torch.Tensor:
+def limit_correction(ent: EntityStatics, L, acc, q, qd) -> torch.Tensor:
     """One-sided soft joint-limit constraint (MuJoCo ``solref`` style, diagonal).
 
     For a joint past a limit by ``r > 0`` it asks for the reference acceleration
     ``a_ref = -b qd -/+ k r`` (``b = 2 / tc``, ``k = 1 / (tc zeta)^2``) and applies
     the force ``m_eff (a_ref - a)`` that achieves it, ``m_eff = 1 / (M^-1)_ii``,
-    kept one-sided (it only pushes back into the range). ``Linv (B, nv, nv)`` is the
-    inverse Cholesky factor, ``M^-1 = Linv^T Linv``. Returns the extra generalized
-    acceleration ``M^-1 f`` (B, nv).
+    kept one-sided (it only pushes back into the range). ``L (B, nv, nv)`` is the
+    Cholesky factor of M. Returns the extra generalized acceleration ``M^-1 f`` (B, nv),
+    or None when no joint of any environment is past a limit (the force is then 0).
     """
+    r_up = torch.where(ent.has_upper, q - ent.upper, -1.0)  # > 0 past the upper limit
+    r_lo = torch.where(ent.has_lower, ent.lower - q, -1.0)  # > 0 past the lower limit
+    past_up, past_lo = r_up > 0, r_lo > 0
+    if not bool((past_up | past_lo).any()):
+        return None
     tc, zeta = ent.limit_timeconst, ent.limit_dampratio
     b, k = 2.0 / tc, 1.0 / (tc * zeta) ** 2
     off = 6 if ent.floating else 0
     a = acc[:, off:]
+    eye = torch.eye(L.shape[-1], dtype=L.dtype, device=L.device).expand_as(L)
+    Linv = torch.linalg.solve_triangular(L, eye, upper=False)  # M^-1 = Linv^T Linv
     m_eff = 1.0 / (Linv[:, :, off:] * Linv[:, :, off:]).sum(1)
-    r_up = torch.where(ent.has_upper, q - ent.upper, -1.0)  # > 0 past the upper limit
-    r_lo = torch.where(ent.has_lower, ent.lower - q, -1.0)  # > 0 past the lower limit
     f_up = torch.clamp(m_eff * (-k * r_up - b * qd - a), max=0.0)
     f_lo = torch.clamp(m_eff * (k * r_lo - b * qd - a), min=0.0)
-    f = torch.where(r_up > 0, f_up, 0.0) + torch.where(r_lo > 0, f_lo, 0.0)
+    f = torch.where(past_up, f_up, 0.0) + torch.where(past_lo, f_lo, 0.0)
     f = torch.nn.functional.pad(f, (off, 0))
-    return _inverse_times(Linv, f)
-
-
-def _inverse_times(Linv, x):
-    """``M^-1 x = Linv^T (Linv x)`` for x (B, nv)."""
-    return matvec(Linv.transpose(1, 2), matvec(Linv, x))
+    return matvec(Linv.transpose(1, 2), matvec(Linv, f))
 
 
 def solve(ent: EntityStatics, M, rhs, q, qd) -> torch.Tensor:
@@ -297,12 +297,9 @@ def solve(ent: EntityStatics, M, rhs, q, qd) -> torch.Tensor:
     implicit damping of the Euler step) is symmetric positive definite. ``cholesky_ex``
     does not raise, so one diverged environment gives NaN there, not an error."""
     L = torch.linalg.cholesky_ex(M)[0]
-    if not ent.limited:
-        return torch.cholesky_solve(rhs[..., None], L)[..., 0]
-    eye = torch.eye(M.shape[-1], dtype=M.dtype, device=M.device).expand_as(M)
-    Linv = torch.linalg.solve_triangular(L, eye, upper=False)
-    acc = _inverse_times(Linv, rhs)
-    return acc + limit_correction(ent, Linv, acc, q, qd)
+    acc = torch.cholesky_solve(rhs[..., None], L)[..., 0]
+    correction = limit_correction(ent, L, acc, q, qd) if ent.limited else None
+    return acc if correction is None else acc + correction
 
 
 # ----------------------------------------------------------------- stage
