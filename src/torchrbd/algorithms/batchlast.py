@@ -8,6 +8,8 @@ and GPU, instead of thousands of tiny batched matmuls.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -58,6 +60,18 @@ def cross(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     a0, a1, a2 = a.unbind(-2)
     b0, b1, b2 = b.unbind(-2)
     return torch.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], -2)
+
+
+def mask_sum(mask: torch.Tensor, x: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:
+    """``add + sum_k mask[i, k] x[k]``: (r, k) mask, (k, *s) x, optional ``add`` (*s)
+    broadcast over i -> (r, *s). One matrix product over the flattened trailing
+    dimensions (sums over supports or subtrees with a 0/1 mask)."""
+    flat = x.reshape(x.shape[0], math.prod(x.shape[1:]))
+    if add is None:
+        out = torch.mm(mask, flat)
+    else:
+        out = torch.addmm(add.reshape(1, -1), mask, flat)
+    return out.reshape(mask.shape[0], *x.shape[1:])
 
 
 def transpose(A: torch.Tensor) -> torch.Tensor:

@@ -26,10 +26,9 @@ def mass_matrix_top(model, kin: Kinematics, inertia: SpatialInertia):
     column of coordinate b) and ``S`` (n, 6, B) the coordinates' motion subspaces.
     """
     topo = topology(model)
-    Ic = inertia.subtree_sums(model)
-    bod = topo.body_of_dof
-    S = kin.S[bod]
-    F = SpatialInertia(Ic.m[bod], Ic.h[bod], Ic.J[bod]).apply(S)
+    Ic = inertia.subtree_sums(model)  # row 0 the whole robot, then one per coordinate
+    S = kin.S[topo.body_of_dof]
+    F = SpatialInertia(Ic.m[1:], Ic.h[1:], Ic.J[1:]).apply(S)
     Mbb = SpatialInertia(Ic.m[:1], Ic.h[:1], Ic.J[:1]).matrix()[0]
     return Mbb, F, S
 

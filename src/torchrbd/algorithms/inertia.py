@@ -18,7 +18,7 @@ import torch
 
 from ..model.model import Model
 from ..spatial import matvec
-from .batchlast import cross, mm, mv, transpose
+from .batchlast import cross, mask_sum, mm, mv, transpose
 from .topology import topology
 
 
@@ -38,12 +38,10 @@ class SpatialInertia:
         return torch.cat([lin, ang], 1)
 
     def subtree_sums(self, model: Model) -> "SpatialInertia":
-        """Composite inertias: each body's plus all its descendants' (a masked sum)."""
-        anc = topology(model).ancestor  # anc[k, i] = 1 when i supports k
-        m = anc.T @ self.m
-        h = torch.einsum("ki,k...->i...", anc, self.h)
-        J = torch.einsum("ki,k...->i...", anc, self.J)
-        return SpatialInertia(m, h, J)
+        """Composite inertias (1+n rows): the whole robot's, then that of the subtree
+        moved by each coordinate (masked sums, see ``Topology.subtrees``)."""
+        mask = topology(model).subtrees
+        return SpatialInertia(mask @ self.m, mask_sum(mask, self.h), mask_sum(mask, self.J))
 
     def matrix(self) -> torch.Tensor:
         """(k, 6, 6, B) dense matrices."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from .batchlast import mask_sum
 from .kinematics import Kinematics
 from .rnea import motion_cross
 from .topology import topology
@@ -33,7 +34,7 @@ def jacobian_dot_mixed(model, kin: Kinematics, body: int, V0, qd) -> torch.Tenso
     bod = topo.body_of_dof
     S = kin.S[bod]
     Sqd = S * qd[:, None]  # (n, 6, B)
-    V = V0 + torch.einsum("ab,a...->b...", topo.dof_support, Sqd)  # twist of each coordinate's body
+    V = mask_sum(topo.dof_support.T, Sqd, add=V0)  # twist of each coordinate's body
     Sd = motion_cross(V, S) * support_mask(model, body)[:, None, None]
     B = S.shape[-1]
     zeros = torch.zeros(6, 6, B, dtype=S.dtype, device=S.device)

@@ -40,9 +40,10 @@ def per_body(model: Model, x: torch.Tensor) -> torch.Tensor:
 
 
 def _joint_pose_terms(model: Model):
-    """(4, nb, 3, 4) constant matrices C with parent_[R|p]_body(q) = C0 + C1 sin(q) +
-    C2 (1 - cos(q)) + C3 q (Rodrigues' formula for revolute joints, a slide along
-    the axis for prismatic ones). Cached on the model unless a placement needs grad."""
+    """(4, nb, 4, 4) constant matrices C with parent_X_body(q) = C0 + C1 sin(q) +
+    C2 (1 - cos(q)) + C3 q as 4x4 homogeneous matrices (Rodrigues' formula for
+    revolute joints, a slide along the axis for prismatic ones; the constant last
+    row is in C0). Cached on the model unless a placement needs grad."""
     cached = model.__dict__.get("_joint_pose_terms")
     if cached is not None:
         return cached
@@ -59,20 +60,55 @@ def _joint_pose_terms(model: Model):
             torch.cat([torch.zeros_like(rot), (rot @ axis[..., None]) * pri], -1),
         ]
     )
+    last = torch.zeros(4, C.shape[1], 1, 4, dtype=C.dtype, device=C.device)
+    last[0, :, 0, 3] = 1
+    C = torch.cat([C, last], 2)
     if not any(t.requires_grad for t in (rot, pos, axis)):
         object.__setattr__(model, "_joint_pose_terms", C)
     return C
 
 
+def _local_transforms(model: Model, q: torch.Tensor, bodies=slice(None)) -> torch.Tensor:
+    """parent_X_body of ``bodies`` at their coordinates ``q`` (k, B): (k, 3, 4, B)
+    ``[R | p]`` rows, or (k, 4, 4) homogeneous matrices when B = 1 (see :func:`_steps`)."""
+    topo = topology(model)
+    one = q.shape[-1] == 1
+    C = _joint_pose_terms(model)[:, bodies]
+    if one:
+        q = q[..., None]  # (k, 1, 1): the batch of one is the last index
+    else:
+        C, q = C[:, :, :3, :, None], q[:, None, None]  # (4, k, 3, 4, 1), (k, 1, 1, B)
+    local = C[0]
+    if topo.has_revolute:
+        local = torch.addcmul(local, C[1], torch.sin(q))
+        local = torch.addcmul(local, C[2], 1 - torch.cos(q))
+    if topo.has_prismatic:
+        local = torch.addcmul(local, C[3], q)
+    return local if one else local.expand(-1, -1, -1, q.shape[-1])
+
+
 def _compose(Xp: torch.Tensor, L: torch.Tensor) -> torch.Tensor:
     """[Rp | pp] (k, 3, 4, B) followed by [R | p] (k, 3, 4, B): [Rp R | Rp p + pp]."""
-    if Xp.shape[-1] == 1 and L.shape[-1] == 1:
-        X = torch.matmul(Xp[:, :, :3, 0], L[..., 0])
-        return (X + torch.nn.functional.pad(Xp[:, :, 3:, 0], (3, 0))).unsqueeze(-1)
-    last = torch.nn.functional.pad(Xp[:, :, 3:], (0, 0, 3, 0))  # pp in the last column
-    X = torch.addcmul(last, Xp[:, :, 0:1], L[:, 0:1])
+    X = Xp[:, :, 0:1] * L[:, 0:1]
     X = torch.addcmul(X, Xp[:, :, 1:2], L[:, 1:2])
-    return torch.addcmul(X, Xp[:, :, 2:3], L[:, 2:3])
+    X = torch.addcmul(X, Xp[:, :, 2:3], L[:, 2:3])
+    X[:, :, 3] += Xp[:, :, 3]  # + pp in the last column (X is a fresh tensor)
+    return X
+
+
+def _compose_one(Xp: torch.Tensor, L: torch.Tensor) -> torch.Tensor:
+    """(k or 1, 3, 4) @ (k, 4, 4): :func:`_compose` for a batch of one."""
+    return torch.bmm(Xp.expand(L.shape[0], 3, 4), L)
+
+
+def _steps(base_R: torch.Tensor, base_p: torch.Tensor):
+    """The base pose and the composition step for :func:`_local_transforms`' layout:
+    long batches compose (k, 3, 4, B) rows by broadcast multiply-adds; a batch of one
+    squeezes it and uses one library matmul per step, (k, 3, 4) @ (k, 4, 4)."""
+    X0 = torch.cat([base_R, base_p[:, None]], 1).unsqueeze(0)  # (1, 3, 4, B)
+    if base_R.shape[-1] == 1:
+        return X0[..., 0], _compose_one, lambda X: X.unsqueeze(-1)
+    return X0, _compose, lambda X: X
 
 
 def body_poses(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: torch.Tensor):
@@ -82,19 +118,12 @@ def body_poses(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: torc
     3x4 matrices ``[R | p]``.
     """
     topo = topology(model)
-    qb = per_body(model, q)[:, None, None]  # (nb, 1, 1, B)
-    C = _joint_pose_terms(model)[..., None]
-    local = C[0]
-    if topo.has_revolute:
-        local = torch.addcmul(local, C[1], torch.sin(qb))
-        local = torch.addcmul(local, C[2], 1 - torch.cos(qb))
-    if topo.has_prismatic:
-        local = torch.addcmul(local, C[3], qb)
-    local = local.expand(-1, -1, -1, q.shape[-1])
-    X = [torch.cat([base_R, base_p[:, None]], 1).unsqueeze(0)]  # (1, 3, 4, B)
-    for lvl, par in zip(topo.levels, topo.level_parent_pos):
-        X.append(_compose(X[-1][par], local[lvl]))  # parents all sit on the previous level
-    X = torch.cat(X, 0)
+    local = _local_transforms(model, per_body(model, q))
+    X0, step, unsqueeze = _steps(base_R, base_p)
+    X = [X0]
+    for lvl, par in zip(topo.levels, topo.level_parent_pos):  # slices are views (see Topology)
+        X.append(step(X[-1][par], local[lvl]))  # parents all sit on the previous level
+    X = unsqueeze(torch.cat(X, 0))
     if topo.unsort is not None:
         X = X[topo.unsort]
     return X[:, :, :3], X[:, :, 3]
@@ -122,25 +151,16 @@ def chain_forward(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: t
     joints are evaluated together first.
     """
     path = chain(model, body)
-    X = torch.cat([base_R, base_p[:, None]], 1).unsqueeze(0)  # (1, 3, 4, B)
     if not len(path):
         S = q.new_zeros(0, 6, q.shape[-1]) if subspaces else None
-        return Kinematics(X[:, :, :3], X[:, :, 3], S, path)
-    topo = topology(model)
-    qc = q.index_select(0, path.dofs)[:, None, None]  # (k, 1, 1, B)
-    C = _joint_pose_terms(model)[:, path.bodies, ..., None]
-    local = C[0]
-    if topo.has_revolute:
-        local = torch.addcmul(local, C[1], torch.sin(qc))
-        local = torch.addcmul(local, C[2], 1 - torch.cos(qc))
-    if topo.has_prismatic:
-        local = torch.addcmul(local, C[3], qc)
-    local = local.expand(-1, -1, -1, q.shape[-1])
+        return Kinematics(base_R[None], base_p[None], S, path)
+    local = _local_transforms(model, q.index_select(0, path.dofs), path.bodies)
+    X, step, unsqueeze = _steps(base_R, base_p)
     poses = []
     for i in range(len(path)):
-        X = _compose(X, local[i : i + 1])
+        X = step(X, local[i : i + 1])
         poses.append(X)
-    X = torch.cat(poses, 0) if subspaces else X
+    X = unsqueeze(torch.cat(poses, 0) if subspaces else X)
     R, p = X[:, :, :3], X[:, :, 3]
     S = motion_subspaces(model, R, p, path.bodies) if subspaces else None
     return Kinematics(R=R, p=p, S=S, chain=path)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .batchlast import cross
+from .batchlast import cross, mask_sum
 from .inertia import SpatialInertia
 from .kinematics import Kinematics, per_body
 from .topology import topology
@@ -32,7 +32,7 @@ def body_velocities(model, kin: Kinematics, V0, qd):
     """(nb, 6, B) twist of every body and (nb, 6, B) the joint twists ``S qd``."""
     anc = topology(model).ancestor
     Sqd = kin.S * per_body(model, qd)[:, None]
-    return V0 + torch.einsum("ij,j...->i...", anc, Sqd), Sqd
+    return mask_sum(anc, Sqd, add=V0), Sqd
 
 
 def rnea_mixed(model, kin: Kinematics, inertia: SpatialInertia, V0, A0, qd, qdd, body_wrenches=None):
@@ -47,11 +47,10 @@ def rnea_mixed(model, kin: Kinematics, inertia: SpatialInertia, V0, A0, qd, qdd,
     anc = topo.ancestor
     V, Sqd = body_velocities(model, kin, V0, qd)
     dA = kin.S * per_body(model, qdd)[:, None] + motion_cross(V, Sqd)
-    A = A0 + torch.einsum("ij,j...->i...", anc, dA)
+    A = mask_sum(anc, dA, add=A0)
     f = inertia.apply(A) + force_cross(V, inertia.apply(V))
     if body_wrenches is not None:
         f = f - body_wrenches
-    F = torch.einsum("ki,k...->i...", anc, f)
-    bod = topo.body_of_dof
-    tau = (kin.S[bod] * F[bod]).sum(1)
+    F = mask_sum(topo.subtrees, f)  # the total wrench, then one per coordinate's subtree
+    tau = (kin.S[topo.body_of_dof] * F[1:]).sum(1)
     return torch.cat([F[0], tau], 0)

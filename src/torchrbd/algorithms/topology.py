@@ -20,9 +20,12 @@ from ..model.model import JointType, Model
 class Topology:
     """Derived indices of one model on one device.
 
-    * ``levels[d]``: (k_d,) bodies at depth d+1 (the base is depth 0).
-    * ``level_parent_pos[d]``: (k_d,) position of each body's parent within the
-      previous level (level -1 is the base alone).
+    * ``levels[d]``: bodies at depth d+1 (the base is depth 0): a ``slice`` when they
+      are consecutive (models from :func:`~torchrbd.model.builder.build_model` store
+      bodies level by level), else a (k_d,) long tensor.
+    * ``level_parent_pos[d]``: position of each body's parent within the previous
+      level (level -1 is the base alone): a ``slice`` when that is a plain run
+      (a view, no copy; length 1 broadcasts), else a (k_d,) long tensor.
     * ``unsort``: (nbody,) position of each body in the processing order
       ``[0] + levels[0] + levels[1] + ...``, or None when that order is the
       bodies' own (models built by :func:`~torchrbd.model.builder.build_model`).
@@ -31,6 +34,8 @@ class Topology:
     * ``body_of_dof``: (n,) body moved by each coordinate.
     * ``is_revolute`` / ``is_prismatic``: (nbody,) float masks.
     * ``link_body``: (nlink,) body of each link.
+    * ``subtrees``: (1+n, nbody) float mask: row 0 all ones (the whole tree, the
+      base's subtree), row 1+a the subtree of the body of coordinate a.
     * ``dof_support``: (n, n) float mask, ``[a, b] = 1`` when coordinate a moves
       an ancestor-or-self of the body of coordinate b.
     * ``mass_matrix_index``: ((6+n)^2,) where each entry of the joint-space inertia
@@ -47,6 +52,7 @@ class Topology:
     is_prismatic: torch.Tensor
     link_body: torch.Tensor
     dof_support: torch.Tensor
+    subtrees: torch.Tensor
     mass_matrix_index: torch.Tensor
     has_revolute: bool
     has_prismatic: bool
@@ -106,9 +112,17 @@ def _topology(parents: tuple, jtypes: tuple, body_dof: tuple, link_body: tuple, 
     def long(x):
         return torch.tensor(x, dtype=torch.long, device=device)
 
+    def rows(x):
+        """x as a slice when it is a run of consecutive integers (or one repeated)."""
+        if len(set(x)) == 1:
+            return slice(x[0], x[0] + 1)
+        if x == list(range(x[0], x[0] + len(x))):
+            return slice(x[0], x[0] + len(x))
+        return long(x)
+
     return Topology(
-        levels=tuple(long(lvl) for lvl in levels),
-        level_parent_pos=tuple(long(p) for p in parent_pos),
+        levels=tuple(rows(lvl) for lvl in levels),
+        level_parent_pos=tuple(rows(p) for p in parent_pos),
         unsort=None if order == list(range(nb)) else long([pos[i] for i in range(nb)]),
         ancestor=torch.tensor(anc, device=device, dtype=dtype),
         body_of_dof=long(body_of_dof),
@@ -116,6 +130,8 @@ def _topology(parents: tuple, jtypes: tuple, body_dof: tuple, link_body: tuple, 
         is_prismatic=torch.tensor([float(t == JointType.PRISMATIC) for t in jtypes], device=device, dtype=dtype),
         link_body=long(list(link_body)),
         dof_support=torch.tensor(dof_support, device=device, dtype=dtype).reshape(n, n),
+        subtrees=torch.tensor([[1.0] * nb] + [[anc[k][body_of_dof[a]] for k in range(nb)] for a in range(n)],
+                              device=device, dtype=dtype),
         mass_matrix_index=long(index),
         has_revolute=JointType.REVOLUTE in jtypes,
         has_prismatic=JointType.PRISMATIC in jtypes,
