@@ -50,14 +50,27 @@ def assemble(model, Mbb, F, S, F_joint=None, contiguous: bool = False) -> torch.
     F_joint = F if F_joint is None else F_joint
     n, B = model.n, S.shape[-1]
     N = 6 + n
-    P = torch.bmm(S.permute(2, 0, 1).contiguous(), F_joint.permute(2, 1, 0).contiguous())  # P[a, b] = S_a . F_b
     zero = torch.zeros(B, 1, dtype=S.dtype, device=S.device)
-    if contiguous:
+    if torch.compiler.is_compiling():
+        # under torch.compile a batch-last multiply-sum fuses into the gather; a
+        # bmm on CPU would run one small product per matrix
+        P = (S[:, None] * F_joint[None]).sum(2)  # (n, n, B): P[a, b] = S_a . F_b
+        parts = [Mbb.reshape(36, B), F.reshape(6 * n, B), P.reshape(n * n, B), zero.T]
+        M = torch.cat(parts, 0).index_select(0, topo.mass_matrix_index).reshape(N, N, B).permute(2, 0, 1)
+        M = M.contiguous() if contiguous else M
+    elif contiguous:
+        P = _joint_block(S, F_joint)
         parts = [Mbb.permute(2, 0, 1).reshape(B, 36), F.permute(2, 0, 1).reshape(B, 6 * n), P.reshape(B, n * n), zero]
         M = torch.cat(parts, 1).index_select(1, topo.mass_matrix_index).reshape(B, N, N)
     else:
+        P = _joint_block(S, F_joint)
         parts = [Mbb.reshape(36, B), F.reshape(6 * n, B), P.permute(1, 2, 0).reshape(n * n, B), zero.T]
         M = torch.cat(parts, 0).index_select(0, topo.mass_matrix_index).reshape(N, N, B).permute(2, 0, 1)
     if model.has_armature:
         M = M + torch.diag(torch.nn.functional.pad(model.armature, (6, 0)))
     return M
+
+
+def _joint_block(S: torch.Tensor, F: torch.Tensor) -> torch.Tensor:
+    """(B, n, n) ``P[a, b] = S_a . F_b`` for S, F (n, 6, B): one batched matmul."""
+    return torch.bmm(S.permute(2, 0, 1).contiguous(), F.permute(2, 1, 0).contiguous())
