@@ -933,6 +933,49 @@ def geom_poses(plan: ContactPlan, R: torch.Tensor, p: torch.Tensor):
     return Rw.expand(batch + (G, 3, 3)), pw.expand(batch + (G, 3))
 
 
+def _on_plane(g: _PairGroup) -> bool:
+    """The group's contacts are the points of A against plane B (sphere, capsule, box, mesh)."""
+    return g.type_b == GeomType.PLANE and g.parts == ("a_points",)
+
+
+def _geom_poses_last(plan: ContactPlan, R: torch.Tensor, p: torch.Tensor):
+    """World poses of every geom, batch-last with the leading dims flattened:
+    ``(R (G, 3, 3, N), p (G, 3, N))`` from ``R (..., S, 3, 3)``, ``p (..., S, 3)``.
+    Batch-last, every product is a long contiguous row (batch-first 3x3 products are
+    thousands of tiny matmuls)."""
+    S = R.shape[-3]
+    R_last = R.reshape(-1, S, 3, 3).permute(1, 2, 3, 0).contiguous()
+    p_last = p.reshape(-1, S, 3).permute(1, 2, 0).contiguous()
+    idx = plan.geom_slot.clamp(min=0)
+    Rs, ps = R_last.index_select(0, idx), p_last.index_select(0, idx)  # (G, 3, 3, N), (G, 3, N)
+    rot, pos = plan.geom_rot[..., None], plan.geom_pos[..., None]
+    Rw = Rs[:, :, 0:1] * rot[:, None, 0] + Rs[:, :, 1:2] * rot[:, None, 1] + Rs[:, :, 2:3] * rot[:, None, 2]
+    pw = ps + Rs[:, :, 0] * pos[:, None, 0] + Rs[:, :, 1] * pos[:, None, 1] + Rs[:, :, 2] * pos[:, None, 2]
+    static = plan.geom_slot < 0
+    if bool(static.any()):
+        Rw = torch.where(static[:, None, None, None], rot, Rw)
+        pw = torch.where(static[:, None, None], pos, pw)
+    return Rw, pw
+
+
+def _points_on_plane(g: _PairGroup, Rg, pg):
+    """The ``a_points`` part against plane B, batch-last inside: world ``(pos (N, K_g, 3),
+    normal (N, K_g, 3), depth (N, K_g))`` (batch-first, leading dims flattened to N).
+    Same result as :func:`_points_vs` with the plane's SDF: the height along its normal."""
+    Ra, pa = Rg.index_select(0, g.geom_a), pg.index_select(0, g.geom_a)  # (P, 3, 3, N), (P, 3, N)
+    normal = Rg.index_select(0, g.geom_b)[:, None, :, 2]  # plane z axis (P, 1, 3, N)
+    x = g.points_a[..., None]  # (P, n, 3, 1)
+    xw = pa[:, None] + x[:, :, 0:1] * Ra[:, None, :, 0] + x[:, :, 1:2] * Ra[:, None, :, 1] + x[:, :, 2:3] * Ra[:, None, :, 2]
+    d = xw - pg.index_select(0, g.geom_b)[:, None]
+    height = d[:, :, 0] * normal[:, :, 0] + d[:, :, 1] * normal[:, :, 1] + d[:, :, 2] * normal[:, :, 2]  # (P, n, N)
+    radius = g.radius_a[:, None, None]
+    pos = xw - normal * ((radius + height) / 2)[:, :, None]
+    P, n, N = height.shape
+    normal = normal.expand(P, n, 3, N)
+    return (pos.permute(3, 0, 1, 2).reshape(N, P * n, 3), normal.permute(3, 0, 1, 2).reshape(N, P * n, 3),
+            (radius - height).permute(2, 0, 1).reshape(N, P * n))
+
+
 def detect(plan: ContactPlan, R: torch.Tensor, p: torch.Tensor) -> Contacts:
     """The K candidate contacts of ``plan`` at slot poses ``R (..., S, 3, 3)``, ``p (..., S, 3)``.
 
@@ -943,14 +986,22 @@ def detect(plan: ContactPlan, R: torch.Tensor, p: torch.Tensor) -> Contacts:
     if R.shape[-3] < plan.n_slots:
         raise ValueError(f"detect: poses have {R.shape[-3]} slots, the plan needs at least {plan.n_slots}")
     plan = plan.to(R.dtype, R.device)
-    Rg, pg = geom_poses(plan, R, p)
-    batch = Rg.shape[:-3]
-    pos, normal, depth = [Rg.new_zeros(batch + (0, 3))], [Rg.new_zeros(batch + (0, 3))], [Rg.new_zeros(batch + (0,))]
-    for g in plan.groups:
+    batch = torch.broadcast_shapes(R.shape[:-3], p.shape[:-2])
+    fast = [_on_plane(g) and R.shape[-3] > 0 for g in plan.groups]
+    if any(fast):
+        poses_last = _geom_poses_last(plan, R.expand(batch + R.shape[-3:]), p.expand(batch + p.shape[-2:]))
+    if not all(fast):
+        Rg, pg = geom_poses(plan, R, p)
+    pos, normal, depth = [R.new_zeros(batch + (0, 3))], [R.new_zeros(batch + (0, 3))], [R.new_zeros(batch + (0,))]
+    for g, on_plane in zip(plan.groups, fast):
+        k = g.geom_a.shape[0] * g.per_pair()
+        if on_plane:
+            for out, x in zip((pos, normal, depth), _points_on_plane(g, *poses_last)):
+                out.append(x.reshape(batch + x.shape[1:]))
+            continue
         Ra, pa = Rg[..., g.geom_a, :, :], pg[..., g.geom_a, :]
         Rb, pb = Rg[..., g.geom_b, :, :], pg[..., g.geom_b, :]
         outs = [_PARTS[part](g, Ra, pa, Rb, pb) for part in g.parts]  # each (..., P, n, 3|3|-)
-        k = g.geom_a.shape[0] * g.per_pair()
         pos.append(torch.cat([o[0] for o in outs], -2).reshape(batch + (k, 3)))
         normal.append(torch.cat([o[1] for o in outs], -2).reshape(batch + (k, 3)))
         depth.append(torch.cat([o[2] for o in outs], -1).reshape(batch + (k,)))
