@@ -1,6 +1,7 @@
 """The ``torchrbd`` command line: every subcommand, through ``torchrbd.cli.main``."""
 
-from pathlib import Path
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -12,7 +13,6 @@ import torchrbd.models
 from torchrbd.cli import main
 from test_render import assert_picture, gif_frames
 
-BENCH = Path(__file__).resolve().parents[1] / "src" / "torchrbd" / "bench.py"
 
 
 def run(capsys, *argv):
@@ -164,11 +164,19 @@ def test_render_rollout_files_to_gif(capsys, tmp_path):
     assert_picture(tmp_path / "q.png")
 
 
-@pytest.mark.skipif(not BENCH.exists(), reason="torchrbd.bench not written yet")
 def test_bench_quick(capsys):
     code, out, _ = run(capsys, "bench", "--quick", "--no-adam")
     assert code == 0
     assert "mass_matrix" in out and "torchrbd" in out
+    assert "allocator tuned" not in out  # never changed unless asked
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="mallopt is glibc's")
+def test_bench_tune_allocator_in_a_fresh_process():
+    code = "from torchrbd.cli import main; main(['bench', '--quick', '--tune-allocator'])"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "allocator tuned (torchrbd.perf.tune_cpu_allocator)" in done.stdout
 
 
 def test_console_script_entry_point():
