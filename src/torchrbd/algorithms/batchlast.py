@@ -55,7 +55,8 @@ def cross(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     written out by components (faster than ``torch.linalg.cross`` along a non-last
     dimension); for short ones the single library call costs less."""
     if max(a.shape[-1], b.shape[-1]) < 64:
-        a, b = torch.broadcast_tensors(a, b)
+        if a.dim() != b.dim():  # linalg.cross broadcasts, but only between equal ranks
+            a, b = (a[(None,) * (b.dim() - a.dim())], b) if a.dim() < b.dim() else (a, b[(None,) * (a.dim() - b.dim())])
         return torch.linalg.cross(a, b, dim=-2)
     a0, a1, a2 = a.unbind(-2)
     b0, b1, b2 = b.unbind(-2)

@@ -140,10 +140,15 @@ def _topology(parents: tuple, jtypes: tuple, body_dof: tuple, link_body: tuple, 
 
 def topology(model: Model) -> Topology:
     """The cached :class:`Topology` of ``model`` on its device and dtype."""
+    cached = model.__dict__.get("_topology")
+    if cached is not None:
+        return cached
     ref = model.body_rot
-    return _topology(
+    topo = _topology(
         model.body_parent, model.joint_type, model.body_dof, model.link_body, str(ref.device), ref.dtype
     )
+    object.__setattr__(model, "_topology", topo)  # a model's device and dtype never change
+    return topo
 
 
 @dataclass(frozen=True)
