@@ -272,7 +272,12 @@ def test_damping_parameters_give_p_transpose_d_p():
     r, n = torch.randn(5, 3, 2, generator=g, dtype=torch.float64), torch.randn(5, 3, 2, generator=g, dtype=torch.float64)
     n = n / n.norm(dim=1, keepdim=True)
     a, b = torch.rand(5, 1, 2, generator=g, dtype=torch.float64), torch.randn(5, 1, 2, generator=g, dtype=torch.float64)
-    lam = contact_stage._damping_matrix(contact_stage._damping_parameters(r, n, a, b))
+    params = contact_stage._damping_parameters(r, n, a, b)
+    lam = contact_stage._damping_matrix(params)
+    S = torch.randn(5, 6, 2, generator=g, dtype=torch.float64)
+    torch.testing.assert_close(
+        contact_stage._damping_times(params, S), torch.einsum("kijb,kjb->kib", lam, S), rtol=1e-12, atol=1e-12
+    )
     from torchrbd.spatial import skew
 
     for k in range(5):

@@ -378,27 +378,36 @@ def _entity_load(m: _Member, floating: bool, sk: dyn.StageKinematics, contacts: 
     """The :class:`~torchrbd.sim.dynamics.ContactLoad` of member ``m`` (see the module
     docstring): each contact's wrench about ``p0`` and, with ``coeffs = (c_n, c_t) (B, K)``,
     the parameters of its damping matrix ``Lambda``; both summed over the subtree of
-    every joint in one matmul with the support mask."""
+    every joint in one matmul with the support mask (only the joints that move some
+    pushing contact: the others get 0)."""
     k, sign, support = _active(m, forces)
-    cols = [contacts.pos[:, k] - sk.p0[:, None], forces[:, k] * sign[:, None]]
+    cols = [contacts.pos.index_select(1, k) - sk.p0[:, None], forces.index_select(1, k) * sign[:, None]]
     if coeffs is not None:
-        c_n, c_t = coeffs[0][:, k], coeffs[1][:, k]
-        cols += [contacts.normal[:, k], c_t[..., None], (c_n - c_t)[..., None]]
+        c_n, c_t = coeffs[0].index_select(1, k), coeffs[1].index_select(1, k)
+        cols += [contacts.normal.index_select(1, k), c_t[..., None], (c_n - c_t)[..., None]]
     x = torch.cat(cols, -1).permute(1, 2, 0).contiguous()  # (Ke, 6 or 11, B)
     r, f = x[:, 0:3], x[:, 3:6]
     per_contact = torch.cat([f, cross(r, f)], 1)  # wrenches [f; r x f] (Ke, 6, B)
     if coeffs is not None:
         per_contact = torch.cat([per_contact, _damping_parameters(r, x[:, 6:9], x[:, 9:10], x[:, 10:11])], 1)
     Ke, width, B = per_contact.shape
-    subtree = (support.T @ per_contact.reshape(Ke, width * B)).reshape(-1, width, B)  # (n, width, B) per joint
-    joint = (sk.S * subtree[:, :6]).sum(1)
+    moved = support.any(0).nonzero()[:, 0]  # joints moving some pushing contact
+    S = sk.S.index_select(0, moved)
+    subtree = (support[:, moved].T @ per_contact.reshape(Ke, width * B)).reshape(-1, width, B)
+    joint = _scatter_joints(moved, (S * subtree[:, :6]).sum(1), sk.n)
     total = per_contact.sum(0)
     if coeffs is None:
         return dyn.ContactLoad(floating, sk.S, m.joint_support, total[:6], joint)
-    lam_joint = _damping_matrix(subtree[:, 6:])
-    rows = (lam_joint * sk.S[:, None]).sum(2)  # Lambda_j S_j (n, 6, B)
+    rows = _scatter_joints(moved, _damping_times(subtree[:, 6:], S), sk.n)  # Lambda_j S_j (n, 6, B)
     lam_base = _damping_matrix(total[None, 6:])[0]
     return dyn.ContactLoad(floating, sk.S, m.joint_support, total[:6], joint, lam_base, rows)
+
+
+def _scatter_joints(index, x, n: int):
+    """``x (len(index), ...)`` placed at rows ``index`` of n rows, zeros elsewhere."""
+    if index.numel() == n:
+        return x
+    return x.new_zeros((n,) + x.shape[1:]).index_copy(0, index, x)
 
 
 def _active(m: _Member, forces):
@@ -461,6 +470,35 @@ def _parameter_map() -> torch.Tensor:
 
 
 _PARAMETER_MAP = _parameter_map()
+
+
+def _symmetric_index(pairs, k: int) -> torch.Tensor:
+    """(k * k,) index of each entry of a symmetric k x k matrix (row-major) in its
+    storage as the upper ``pairs``."""
+    where = {p: i for i, p in enumerate(pairs)}
+    return torch.tensor([where[(min(r, c), max(r, c))] for r in range(k) for c in range(k)])
+
+
+_FULL3, _FULL6 = _symmetric_index(_PAIRS3, 3), _symmetric_index(_PAIRS6, 6)
+
+
+def _symmetric_times(upper, index, x):
+    """``A x`` (k, d, B) for symmetric matrices stored as ``upper`` (k, ., B) (see
+    :func:`_symmetric_index`) and vectors ``x`` (k, d, B)."""
+    d = x.shape[1]
+    full = upper.index_select(1, index.to(upper.device)).unflatten(1, (d, d))
+    return (full * x[:, None]).sum(2)
+
+
+def _damping_times(params, S):
+    """``Lambda S`` (k, 6, B) for damping parameters (k, 32, B) and twists S (k, 6, B),
+    without the dense map of :func:`_damping_matrix`: ``a P^T P`` applied as a spatial
+    inertia ``[a S_l - h x S_a; h x S_l + (a |r|^2 - a r r^T) S_a]`` (``h = a r``), plus
+    ``(b u u^T) S``."""
+    a, h, r2, rr, uu = params[:, 0:1], params[:, 1:4], params[:, 4:5], params[:, 5:11], params[:, 11:]
+    Sl, Sa = S[:, :3], S[:, 3:]
+    ang = cross(h, Sl) + r2 * Sa - _symmetric_times(rr, _FULL3, Sa)
+    return torch.cat([a * Sl - cross(h, Sa), ang], 1) + _symmetric_times(uu, _FULL6, S)
 
 
 def _damping_matrix(params):

@@ -130,6 +130,10 @@ class StageKinematics:
     qd_bl: torch.Tensor
     S: torch.Tensor
 
+    @property
+    def n(self) -> int:
+        return self.S.shape[0]
+
     def body_twists(self) -> torch.Tensor:
         """(nb, 6, B) twist ``[v; w]`` of every body about ``p0`` (world axes)."""
         return alg.body_velocities(self.model, self.kin, self.nu, self.qd_bl)[0]
