@@ -7,7 +7,7 @@ worldbody in a single-core ``mujoco.mj_step`` loop (one environment; N
 environments on one core take N times as long). Both start from the file's
 initial pose (soles 4 cm above the floor) and first run ``--settle`` seconds so
 that the feet are on the floor. Prints a Markdown table of environment-steps per
-second::
+second, for float64 and float32 (Genesis's default) unless ``--precision`` picks one::
 
     python benchmarks/bench_contacts.py                       # n_envs 1 64 1024 4096
     python benchmarks/bench_contacts.py --n-envs 1 64 --precision 64 --threads 2
@@ -81,23 +81,27 @@ def main(argv=None):
     ap.add_argument("--dt", type=float, default=0.002, help="time step, s (the file's own)")
     ap.add_argument("--settle", type=float, default=0.1, help="simulated seconds before timing")
     ap.add_argument("--seconds", type=float, default=3.0, help="minimum wall time per measurement")
-    ap.add_argument("--precision", choices=["32", "64"], default="64")
+    ap.add_argument("--precision", choices=["32", "64"], nargs="+", default=["64", "32"])
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (MuJoCo uses one core)")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = ap.parse_args(argv)
 
     torch.set_num_threads(args.threads)
-    gs.init(backend=gs.gpu if args.device == "cuda" else gs.cpu, precision=args.precision)
+    backend = gs.gpu if args.device == "cuda" else gs.cpu
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     mj = mujoco_rate(args.dt, args.settle, args.seconds)
     print(f"humanoid (24 dofs, 29 candidate contacts with the floor), dt = {args.dt} s, Euler, "
-          f"float{args.precision}, torch threads = {args.threads}, device = {args.device}")
+          f"torch threads = {args.threads}, device = {args.device}; MuJoCo in float64")
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}\n")
-    print("| n_envs | torchrbd env-steps/s | torchrbd ms/step | MuJoCo mj_step (1 core) steps/s | torchrbd / MuJoCo |")
-    print("|---:|---:|---:|---:|---:|")
-    for n in args.n_envs:
-        rate = torchrbd_rate(n, args.dt, args.settle, args.seconds, args.device, sync)
-        print(f"| {n} | {rate:,.0f} | {1e3 * max(n, 1) / rate:.1f} | {mj:,.0f} | {rate / mj:.3f} |", flush=True)
+    print("| n_envs | precision | torchrbd env-steps/s | torchrbd ms/step | MuJoCo mj_step (1 core) steps/s "
+          "| torchrbd / MuJoCo |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for precision in args.precision:
+        gs.init(backend=backend, precision=precision)
+        for n in args.n_envs:
+            rate = torchrbd_rate(n, args.dt, args.settle, args.seconds, args.device, sync)
+            print(f"| {n} | float{precision} | {rate:,.0f} | {1e3 * max(n, 1) / rate:.1f} | {mj:,.0f} "
+                  f"| {rate / mj:.3f} |", flush=True)
 
 
 if __name__ == "__main__":
