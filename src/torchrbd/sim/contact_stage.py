@@ -273,13 +273,13 @@ class ContactStage:
         p = torch.cat([x[1] for x in poses], 1)
         contacts = detect(self.plan, R, p)
         v_origin, w = (torch.cat([v[i] for v in vels], 1) for i in (0, 1))
-        forces, c_n, c_t = _near_contact_forces(contacts, v_origin, w, torch.cat(masses), self.params)
+        forces, c_n, c_t, pushing = _near_contact_forces(contacts, v_origin, w, torch.cat(masses), self.params)
         coeffs = (c_n, c_t) if implicit else None
         loads = [None] * len(statics)
         for m in self.members:
             if m.dynamic >= 0 and m.contact.numel():
                 loads[m.dynamic] = _entity_load(m, statics[m.dynamic].floating, kinematics[m.dynamic],
-                                                contacts, forces, coeffs)
+                                                contacts, forces, coeffs, pushing)
         return StageResult(contacts, forces, loads)
 
     def _immovable_pose(self, entity, B: int):
@@ -374,13 +374,14 @@ def _slot_states(sk: dyn.StageKinematics):
     return R, p, v_origin, w
 
 
-def _entity_load(m: _Member, floating: bool, sk: dyn.StageKinematics, contacts: Contacts, forces, coeffs):
+def _entity_load(m: _Member, floating: bool, sk: dyn.StageKinematics, contacts: Contacts, forces, coeffs,
+                 pushing):
     """The :class:`~torchrbd.sim.dynamics.ContactLoad` of member ``m`` (see the module
     docstring): each contact's wrench about ``p0`` and, with ``coeffs = (c_n, c_t) (B, K)``,
     the parameters of its damping matrix ``Lambda``; both summed over the subtree of
     every joint in one matmul with the support mask (only the joints that move some
-    pushing contact: the others get 0)."""
-    k, sign, support = _active(m, forces)
+    pushing contact: the others get 0). ``pushing (K,)``: see :func:`_near_contact_forces`."""
+    k, sign, support = _active(m, pushing)
     cols = [contacts.pos.index_select(1, k) - sk.p0[:, None], forces.index_select(1, k) * sign[:, None]]
     if coeffs is not None:
         c_n, c_t = coeffs[0].index_select(1, k), coeffs[1].index_select(1, k)
@@ -410,13 +411,13 @@ def _scatter_joints(index, x, n: int):
     return x.new_zeros((n,) + x.shape[1:]).index_copy(0, index, x)
 
 
-def _active(m: _Member, forces):
+def _active(m: _Member, pushing):
     """``(contact, sign, support)`` of ``m`` restricted to the contacts that push in some
-    environment. The others have zero force and zero damping gains in every environment
-    (and zero gradient: their normal force is clamped from below zero, or their depth is
-    beyond the margin), so they are dropped from the sums; the value is the same."""
-    pushing = forces[:, m.contact].ne(0).any(-1).any(0)
-    keep = pushing.nonzero()[:, 0]
+    environment (``pushing (K,)`` bool). The others have zero force and zero damping gains
+    in every environment (and zero gradient: their normal force is clamped from below
+    zero, or their depth is beyond the margin), so they are dropped from the sums; the
+    value is the same."""
+    keep = pushing.index_select(0, m.contact).nonzero()[:, 0]
     if keep.numel() == m.contact.numel():
         return m.contact, m.sign, m.support
     return m.contact[keep], m.sign[keep], m.support[keep]
@@ -511,15 +512,17 @@ def _near_contact_forces(contacts: Contacts, v_origin, w, slot_mass, params: Con
     ``forces (B, K, 3)``, ``c_n, c_t (B, K)``, evaluated only on the contacts within
     the margin (``depth >= -margin``) in some environment. The others give exactly zero
     (value and gradient: the smoothed ReLU and its slope are 0 there) and add nothing
-    to the shared weights."""
+    to the shared weights. Also ``pushing (K,)``: the force is nonzero in some environment."""
     K = contacts.depth.shape[-1]
     near = (contacts.depth >= -params.margin).any(0).nonzero()[:, 0]
     sub = contacts if near.numel() == K else _subset(contacts, near)
     vel_a, vel_b = contact_velocities(sub, v_origin, w)
     out = contact_forces_and_gains(sub, vel_a, vel_b, params, contact_mass(sub, slot_mass))
+    pushing = out[0].ne(0).any(-1).any(0)
     if sub is contacts:
-        return out
-    return tuple(x.new_zeros(x.shape[:1] + (K,) + x.shape[2:]).index_copy(1, near, x) for x in out)
+        return (*out, pushing)
+    out = tuple(x.new_zeros(x.shape[:1] + (K,) + x.shape[2:]).index_copy(1, near, x) for x in out)
+    return (*out, torch.zeros(K, dtype=torch.bool, device=near.device).index_copy(0, near, pushing))
 
 
 def _subset(contacts: Contacts, k: torch.Tensor) -> Contacts:
