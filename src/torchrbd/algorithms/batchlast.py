@@ -4,6 +4,10 @@ Inside the algorithms the batch is the LAST, contiguous dimension: a vector is
 (..., 3, B), a 3x3 matrix (..., 3, 3, B). Products of tiny matrices become a few
 broadcast multiply-adds over long contiguous rows, which vectorise well on CPU
 and GPU, instead of thousands of tiny batched matmuls.
+
+Operands are cut into rows and columns with ``split``/``unbind`` rather than
+indexing: the backward of a split is one ``cat`` (of an unbind, one ``stack``),
+while each indexed slice would cost a zero-filled copy of the whole operand.
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ def matmul(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     """
     if A.shape[-1] == 1 and B.shape[-1] == 1:
         return torch.matmul(A.squeeze(-1), B.squeeze(-1)).unsqueeze(-1)
-    C = A[..., :, 0:1, :] * B[..., 0:1, :, :]
-    for k in range(1, A.shape[-2]):
-        C = torch.addcmul(C, A[..., :, k : k + 1, :], B[..., k : k + 1, :, :])
+    cols, rows = A.split(1, -2), B.split(1, -3)
+    C = cols[0] * rows[0]
+    for a, b in zip(cols[1:], rows[1:]):
+        C = torch.addcmul(C, a, b)
     return C
 
 
@@ -36,18 +41,20 @@ def mv(A: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """(..., 3, 3, B) @ (..., 3, B) -> (..., 3, B)."""
     if A.shape[-1] == 1 and v.shape[-1] == 1:
         return torch.matmul(A.squeeze(-1), v)
-    c = A[..., :, 0, :] * v[..., 0:1, :]
-    c = torch.addcmul(c, A[..., :, 1, :], v[..., 1:2, :])
-    return torch.addcmul(c, A[..., :, 2, :], v[..., 2:3, :])
+    a, x = A.unbind(-2), v.split(1, -2)
+    c = a[0] * x[0]
+    c = torch.addcmul(c, a[1], x[1])
+    return torch.addcmul(c, a[2], x[2])
 
 
 def mtv(A: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """A^T v for (..., 3, 3, B), (..., 3, B) -> (..., 3, B)."""
     if A.shape[-1] == 1 and v.shape[-1] == 1:
         return torch.matmul(A.squeeze(-1).transpose(-1, -2), v)
-    c = A[..., 0, :, :] * v[..., 0:1, :]
-    c = torch.addcmul(c, A[..., 1, :, :], v[..., 1:2, :])
-    return torch.addcmul(c, A[..., 2, :, :], v[..., 2:3, :])
+    a, x = A.unbind(-3), v.split(1, -2)
+    c = a[0] * x[0]
+    c = torch.addcmul(c, a[1], x[1])
+    return torch.addcmul(c, a[2], x[2])
 
 
 def cross(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -73,6 +80,12 @@ def mask_sum(mask: torch.Tensor, x: torch.Tensor, add: torch.Tensor | None = Non
     else:
         out = torch.addmm(add.reshape(1, -1), mask, flat)
     return out.reshape(mask.shape[0], *x.shape[1:])
+
+
+def halves(x: torch.Tensor, dim: int = 1):
+    """The linear and angular halves ``(x[:3], x[3:])`` of 6-vectors along ``dim``
+    (views; see the module note on ``split``)."""
+    return x.split(3, dim)
 
 
 def transpose(A: torch.Tensor) -> torch.Tensor:

@@ -18,7 +18,7 @@ import torch
 
 from ..model.model import Model
 from ..spatial import matvec
-from .batchlast import cross, mask_sum, mm, mv, transpose
+from .batchlast import cross, halves, mask_sum, mm, mv, transpose
 from .topology import topology
 
 
@@ -32,7 +32,7 @@ class SpatialInertia:
 
     def apply(self, x: torch.Tensor) -> torch.Tensor:
         """I x for twists x (k, 6, B) -> momenta / forces (k, 6, B)."""
-        xl, xa = x[:, :3], x[:, 3:]
+        xl, xa = halves(x)
         lin = self.m[:, None] * xl - cross(self.h, xa)
         ang = cross(self.h, xl) + mv(self.J, xa)
         return torch.cat([lin, ang], 1)

@@ -89,10 +89,11 @@ def _local_transforms(model: Model, q: torch.Tensor, bodies=slice(None)) -> torc
 
 def _compose(Xp: torch.Tensor, L: torch.Tensor) -> torch.Tensor:
     """[Rp | pp] (k, 3, 4, B) followed by [R | p] (k, 3, 4, B): [Rp R | Rp p + pp]."""
-    X = Xp[:, :, 0:1] * L[:, 0:1]
-    X = torch.addcmul(X, Xp[:, :, 1:2], L[:, 1:2])
-    X = torch.addcmul(X, Xp[:, :, 2:3], L[:, 2:3])
-    X[:, :, 3] += Xp[:, :, 3]  # + pp in the last column (X is a fresh tensor)
+    cols, rows = Xp.split(1, 2), L.split(1, 1)
+    X = cols[0] * rows[0]
+    X = torch.addcmul(X, cols[1], rows[1])
+    X = torch.addcmul(X, cols[2], rows[2])
+    X[:, :, 3:] += cols[3]  # + pp in the last column (X is a fresh tensor)
     return X
 
 
@@ -111,6 +112,15 @@ def _steps(base_R: torch.Tensor, base_p: torch.Tensor):
     return X0, _compose, lambda X: X
 
 
+def _level_rows(topo, x: torch.Tensor):
+    """The rows of ``x`` (nb, ...) of each tree level. When the levels are consecutive
+    runs (see :class:`~.topology.Topology`) one ``split`` cuts them all: its backward is
+    one ``cat``, where each indexed level would zero-fill a copy of all of ``x``."""
+    if all(isinstance(lvl, slice) for lvl in topo.levels):
+        return x.split([1] + [lvl.stop - lvl.start for lvl in topo.levels])[1:]
+    return [x[lvl] for lvl in topo.levels]
+
+
 def body_poses(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: torch.Tensor):
     """World poses (nb, 3, 3, B), (nb, 3, B) of all bodies; one batched step per tree level.
 
@@ -121,12 +131,13 @@ def body_poses(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: torc
     local = _local_transforms(model, per_body(model, q))
     X0, step, unsqueeze = _steps(base_R, base_p)
     X = [X0]
-    for lvl, par in zip(topo.levels, topo.level_parent_pos):  # slices are views (see Topology)
-        X.append(step(X[-1][par], local[lvl]))  # parents all sit on the previous level
+    for L, par in zip(_level_rows(topo, local), topo.level_parent_pos):  # parents all sit on the previous level
+        X.append(step(X[-1][par], L))
     X = unsqueeze(torch.cat(X, 0))
     if topo.unsort is not None:
         X = X[topo.unsort]
-    return X[:, :, :3], X[:, :, 3]
+    R, p = X.split(3, 2)
+    return R, p[:, :, 0]
 
 
 def motion_subspaces(model: Model, R: torch.Tensor, p: torch.Tensor, bodies=slice(None)) -> torch.Tensor:
@@ -161,7 +172,8 @@ def chain_forward(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: t
         X = step(X, local[i : i + 1])
         poses.append(X)
     X = unsqueeze(torch.cat(poses, 0) if subspaces else X)
-    R, p = X[:, :, :3], X[:, :, 3]
+    R, p = X.split(3, 2)
+    p = p[:, :, 0]
     S = motion_subspaces(model, R, p, path.bodies) if subspaces else None
     return Kinematics(R=R, p=p, S=S, chain=path)
 

@@ -30,7 +30,7 @@ from enum import Enum
 
 import torch
 
-from .batchlast import cross, mtv, mv
+from .batchlast import cross, halves, mtv, mv
 
 
 class Representations(Enum):
@@ -46,7 +46,7 @@ INERTIAL = Representations.INERTIAL_FIXED_REPRESENTATION
 
 def to_internal(rep, R, pB, nu):
     """Base velocity (6, B) in ``rep`` -> internal twist T nu (6, B). R (3, 3, B), pB (3, B)."""
-    v, w = nu[:3], nu[3:]
+    v, w = halves(nu, 0)
     if rep is BODY:
         return torch.cat([mv(R, v), mv(R, w)], 0)
     if rep is INERTIAL:
@@ -57,7 +57,7 @@ def to_internal(rep, R, pB, nu):
 def forces_to_internal(rep, f, R, pB):
     """T^{-T} f: generalized base forces (6, B) in ``rep`` -> internal (about the base
     origin, world axes)."""
-    lin, ang = f[:3], f[3:]
+    lin, ang = halves(f, 0)
     if rep is BODY:
         return torch.cat([mv(R, lin), mv(R, ang)], 0)
     if rep is INERTIAL:  # moment about the base origin from the moment about the world origin
@@ -69,7 +69,7 @@ def acceleration_from_internal(rep, a, R, pB, nu):
     """Base acceleration in ``rep`` from the internal one (6, B):
     ``T^{-1} (a - Tdot nu)`` with ``nu`` the base velocity in ``rep``."""
     a = a - T_dot_nu(rep, nu)
-    lin, ang = a[:3], a[3:]
+    lin, ang = halves(a, 0)
     if rep is BODY:
         return torch.cat([mtv(R, lin), mtv(R, ang)], 0)
     if rep is INERTIAL:
@@ -80,7 +80,8 @@ def acceleration_from_internal(rep, a, R, pB, nu):
 def T_dot_nu(rep, nu):
     """(6, B) ``Tdot nu``: ``[v x w; 0]`` for MIXED, zero otherwise."""
     if rep is MIXED:
-        return torch.cat([cross(nu[:3], nu[3:]), torch.zeros_like(nu[3:])], 0)
+        v, w = halves(nu, 0)
+        return torch.cat([cross(v, w), torch.zeros_like(w)], 0)
     return torch.zeros_like(nu)
 
 
@@ -88,7 +89,7 @@ def rows_times_T(rep, A, R, pB):
     """A T for rows over the base columns, A (r, 6, B)."""
     if rep is MIXED:
         return A
-    lin, ang = A[:, :3], A[:, 3:]
+    lin, ang = halves(A)
     if rep is BODY:
         return torch.cat([mtv(R, lin), mtv(R, ang)], 1)
     return torch.cat([lin, ang + cross(pB, lin)], 1)  # x^T (-[pB]x) = (pB x x)^T
@@ -96,7 +97,7 @@ def rows_times_T(rep, A, R, pB):
 
 def rows_times_T_dot(rep, A, R, pB, nu):
     """A Tdot for rows A (r, 6, B) along the base velocity ``nu`` (6, B) in ``rep``."""
-    lin, ang = A[:, :3], A[:, 3:]
+    lin, ang = halves(A)
     if rep is INERTIAL:
         return torch.zeros_like(A)
     if rep is MIXED:  # Tdot = [[0, [v]x], [0, 0]]
@@ -111,7 +112,7 @@ def rows_times_T_dot(rep, A, R, pB, nu):
 def twists_to_rep(rep, V, R_F, r_F, pB):
     """X V for internal twists V (c, 6, B) of a frame at (R_F (3, 3, B), r_F (3, B)
     relative to the base)."""
-    lin, ang = V[:, :3], V[:, 3:]
+    lin, ang = halves(V)
     if rep is INERTIAL:
         return torch.cat([lin + cross(pB, ang), ang], 1)
     lin = lin - cross(r_F, ang)
@@ -124,7 +125,7 @@ def twists_to_rep_dot(rep, V, R_F, r_F, V_F):
     """Xdot V for twists V (c, 6, B); ``V_F`` (6, B) is the frame's internal twist."""
     if rep is INERTIAL:
         return torch.zeros_like(V)
-    lin, ang = V[:, :3], V[:, 3:]
+    lin, ang = halves(V)
     w = V_F[3:]
     pd = V_F[:3] + cross(w, r_F)  # velocity of the frame origin
     d_lin = -cross(pd, ang)
@@ -140,7 +141,7 @@ def twists_to_rep_dot(rep, V, R_F, r_F, V_F):
 def momentum_to_centroidal(rep, H, R_base, com):
     """Internal momenta H (c, 6, B) -> about the CoM (``com`` (3, B) relative to the
     base; world axes, base axes for BODY)."""
-    lin, ang = H[:, :3], H[:, 3:]
+    lin, ang = halves(H)
     ang = ang - cross(com, lin)
     if rep is BODY:
         lin, ang = mtv(R_base, lin), mtv(R_base, ang)

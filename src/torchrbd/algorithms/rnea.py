@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .batchlast import cross, mask_sum
+from .batchlast import cross, halves, mask_sum
 from .inertia import SpatialInertia
 from .kinematics import Kinematics, per_body
 from .topology import topology
@@ -18,14 +18,14 @@ from .topology import topology
 
 def motion_cross(V, m):
     """``V x m`` for twists (k, 6, B)."""
-    v, w = V[:, :3], V[:, 3:]
-    return torch.cat([cross(w, m[:, :3]) + cross(v, m[:, 3:]), cross(w, m[:, 3:])], 1)
+    (v, w), (ml, ma) = halves(V), halves(m)
+    return torch.cat([cross(w, ml) + cross(v, ma), cross(w, ma)], 1)
 
 
 def force_cross(V, f):
     """``V x* f`` for a twist and a wrench (k, 6, B)."""
-    v, w = V[:, :3], V[:, 3:]
-    return torch.cat([cross(w, f[:, :3]), cross(w, f[:, 3:]) + cross(v, f[:, :3])], 1)
+    (v, w), (fl, fa) = halves(V), halves(f)
+    return torch.cat([cross(w, fl), cross(w, fa) + cross(v, fl)], 1)
 
 
 def body_velocities(model, kin: Kinematics, V0, qd):
@@ -52,5 +52,6 @@ def rnea_mixed(model, kin: Kinematics, inertia: SpatialInertia, V0, A0, qd, qdd,
     if body_wrenches is not None:
         f = f - body_wrenches
     F = mask_sum(topo.subtrees, f)  # the total wrench, then one per coordinate's subtree
-    tau = (kin.S[topo.body_of_dof] * F[1:]).sum(1)
-    return torch.cat([F[0], tau], 0)
+    F0, F = F.split([1, model.n])
+    tau = (kin.S[topo.body_of_dof] * F).sum(1)
+    return torch.cat([F0[0], tau], 0)
