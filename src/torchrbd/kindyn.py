@@ -19,6 +19,7 @@ from .algorithms.representation import Representations
 from .errors import InputError, ModelError
 from .model import Model, load_urdf
 from .algorithms.batchlast import to_batch_first
+from .algorithms.solve import spd_solve
 from .spatial import homogeneous
 
 _SPECS = {
@@ -533,13 +534,12 @@ class KinDynComputations:
             f = f + self._wrench_forces(model, kin, R, p, w)
         f = torch.cat([rep_.forces_to_internal(rep, f[:6], R, p), f[6:]], 0)
         try:
-            L = torch.linalg.cholesky(M)
+            acc = spd_solve(M, to_batch_first(f - h).unsqueeze(-1)).squeeze(-1)
         except torch.linalg.LinAlgError:
             raise ModelError(
                 f"{model.name}: the mass matrix is not positive definite at this configuration "
                 "(a movable joint that moves no mass or inertia?)"
             ) from None
-        acc = torch.cholesky_solve(to_batch_first(f - h).unsqueeze(-1), L).squeeze(-1)
         base = rep_.acceleration_from_internal(rep, acc[:, :6].transpose(0, 1), R, p, nu)
         acc = torch.cat([to_batch_first(base), acc[:, 6:]], -1)
         return acc.reshape(*bs, acc.shape[-1])
