@@ -153,8 +153,8 @@ def motion_subspaces(model: Model, R: torch.Tensor, p: torch.Tensor, bodies=slic
 def chain_forward(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: torch.Tensor, body: int,
                   subspaces: bool = True) -> Kinematics:
     """Kinematics of only the bodies on the path from the base to ``body``, what one
-    frame's pose and Jacobian need (:func:`frame_pose`, :func:`~.jacobians.jacobian_mixed`
-    accept it): ``R``, ``p`` have one row per body of ``chain`` (the base alone when
+    frame's pose and Jacobian need (:func:`frame_pose` accepts it; the Jacobian's nonzero
+    columns are ``chain.columns``): ``R``, ``p`` have one row per body of ``chain`` (the base alone when
     ``body`` is the base), the last one ``body``'s; ``S`` (k, 6, B) one per coordinate
     of ``chain.dofs`` (None unless ``subspaces``).
 
@@ -168,8 +168,8 @@ def chain_forward(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: t
     local = _local_transforms(model, q.index_select(0, path.dofs), path.bodies)
     X, step, unsqueeze = _steps(base_R, base_p)
     poses = []
-    for i in range(len(path)):
-        X = step(X, local[i : i + 1])
+    for L in local.split(1):
+        X = step(X, L)
         poses.append(X)
     X = unsqueeze(torch.cat(poses, 0) if subspaces else X)
     R, p = X.split(3, 2)
