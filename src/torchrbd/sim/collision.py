@@ -44,6 +44,10 @@ Each pair gives a fixed number of contacts, the deepest ones mattering; the law 
 ``contact.py`` makes all contacts of one body pair share one constraint, so many
 candidates do not stiffen the contact.
 
+The point kernels against a PLANE (sphere, capsule, box and mesh on a floor) run
+batch-last inside :func:`detect` (long contiguous rows instead of thousands of 3x3
+products); the other kernels run batch-first. Both give the same contacts.
+
 =========  =========  ========  ============================================================
 A          B          K/pair    method
 =========  =========  ========  ============================================================
