@@ -56,22 +56,22 @@ def assemble(model, Mbb, F, S, F_joint=None, contiguous: bool = False) -> torch.
         # under torch.compile a batch-last multiply-sum fuses into the gather; a
         # bmm on CPU would run one small product per matrix
         P = (S[:, None] * F_joint[None]).sum(2)  # (n, n, B): P[a, b] = S_a . F_b
+        _add_armature(model, P.diagonal(0, 0, 1))
         parts = [Mbb.reshape(36, B), F.reshape(6 * n, B), P.reshape(n * n, B), zero.T]
         M = torch.cat(parts, 0).index_select(0, topo.mass_matrix_index).reshape(N, N, B).permute(2, 0, 1)
-        M = M.contiguous() if contiguous else M
-    elif contiguous:
-        P = _joint_block(S, F_joint)
+        return M.contiguous() if contiguous else M
+    P = torch.bmm(S.permute(2, 0, 1).contiguous(), F_joint.permute(2, 1, 0).contiguous())  # (B, n, n)
+    _add_armature(model, P.diagonal(0, 1, 2))
+    if contiguous:
         parts = [Mbb.permute(2, 0, 1).reshape(B, 36), F.permute(2, 0, 1).reshape(B, 6 * n), P.reshape(B, n * n), zero]
-        M = torch.cat(parts, 1).index_select(1, topo.mass_matrix_index).reshape(B, N, N)
-    else:
-        P = _joint_block(S, F_joint)
-        parts = [Mbb.reshape(36, B), F.reshape(6 * n, B), P.permute(1, 2, 0).reshape(n * n, B), zero.T]
-        M = torch.cat(parts, 0).index_select(0, topo.mass_matrix_index).reshape(N, N, B).permute(2, 0, 1)
+        return torch.cat(parts, 1).index_select(1, topo.mass_matrix_index).reshape(B, N, N)
+    parts = [Mbb.reshape(36, B), F.reshape(6 * n, B), P.permute(1, 2, 0).reshape(n * n, B), zero.T]
+    return torch.cat(parts, 0).index_select(0, topo.mass_matrix_index).reshape(N, N, B).permute(2, 0, 1)
+
+
+def _add_armature(model, diagonal: torch.Tensor) -> None:
+    """Adds the joints' armature (rotor inertia, MuJoCo models) in place to ``diagonal``
+    (B, n), a view of the freshly computed joint block (cheaper than adding a
+    diagonal matrix to the whole mass matrix)."""
     if model.has_armature:
-        M = M + torch.diag(torch.nn.functional.pad(model.armature, (6, 0)))
-    return M
-
-
-def _joint_block(S: torch.Tensor, F: torch.Tensor) -> torch.Tensor:
-    """(B, n, n) ``P[a, b] = S_a . F_b`` for S, F (n, 6, B): one batched matmul."""
-    return torch.bmm(S.permute(2, 0, 1).contiguous(), F.permute(2, 1, 0).contiguous())
+        diagonal.add_(model.armature)
