@@ -18,22 +18,24 @@ class _SPDSolve(torch.autograd.Function):
 
     @staticmethod
     def forward(M, b):
-        L = torch.linalg.cholesky(M)  # raises torch.linalg.LinAlgError when M is not PD
-        return torch.cholesky_solve(b, L), L
+        # M = U^T U: for a row-major M the upper factor is what LAPACK (column-major)
+        # computes without copying M first
+        U = torch.linalg.cholesky(M, upper=True)  # raises torch.linalg.LinAlgError when M is not PD
+        return torch.cholesky_solve(b, U, upper=True), U
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         M, _ = inputs
-        x, L = output
-        ctx.mark_non_differentiable(L)
-        ctx.save_for_backward(M, x, L)
+        x, U = output
+        ctx.mark_non_differentiable(U)
+        ctx.save_for_backward(M, x, U)
 
     @staticmethod
     def backward(ctx, gx, _gL):
-        M, x, L = ctx.saved_tensors
-        if torch.is_grad_enabled():  # double backward: keep L's dependence on M
-            L = torch.linalg.cholesky(M)
-        gb = torch.cholesky_solve(gx, L)
+        M, x, U = ctx.saved_tensors
+        if torch.is_grad_enabled():  # double backward: keep U's dependence on M
+            U = torch.linalg.cholesky(M, upper=True)
+        gb = torch.cholesky_solve(gx, U, upper=True)
         return -gb @ x.transpose(-1, -2), gb
 
 
