@@ -37,19 +37,35 @@ def _robot(name: str):
     return str(models.path(name, "urdf")), None, frames.get(name, models.load(name).model.link_names[-1])
 
 
-def _timeit(fn, repeat: int, sync=None) -> float:
-    """Median wall time of ``fn()`` in seconds, after one warm-up call."""
-    fn()
-    times = []
-    for _ in range(repeat):
+def _timeit(fns: dict, repeat: int, sync=None) -> dict:
+    """{name: median wall time per call, s} for the callables ``fns`` (None skipped).
+
+    Three warm-up calls each; each sample runs one callable enough times in a row to
+    last about 5 ms (microsecond calls are timed in steady state), and the samples of
+    the callables are interleaved, so that a load spike on this shared machine hits
+    every column alike instead of one."""
+    fns = {k: f for k, f in fns.items() if f is not None}
+
+    def run(fn, number):
         if sync:
             sync()
         t0 = time.perf_counter()
-        fn()
+        for _ in range(number):
+            fn()
         if sync:
             sync()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        return (time.perf_counter() - t0) / number
+
+    numbers = {}
+    for k, fn in fns.items():
+        for _ in range(2):
+            fn()
+        numbers[k] = max(1, min(1000, int(0.005 / max(run(fn, 1), 1e-7))))
+    samples = {k: [] for k in fns}
+    for _ in range(repeat):
+        for k, fn in fns.items():
+            samples[k].append(run(fn, numbers[k]))
+    return {k: statistics.median(v) for k, v in samples.items()}
 
 
 def torchrbd_cases(path, joints, frame, B, dtype, device, compile_=False):
@@ -207,10 +223,13 @@ def main(argv=None) -> list:
         print(head)
         print(sep)
         for name, fn in ours.items():
-            t = _timeit(fn, args.repeat, sync)
-            tp = _timeit(pin_cases[name], args.repeat) if pin_cases else None
-            tc = _timeit(comp[name], args.repeat, sync) if comp else None
-            ta = _timeit(adam[name], max(1, args.repeat // 3)) if adam and name in adam else None
+            times = _timeit(
+                {"torchrbd": fn, "pinocchio": (pin_cases or {}).get(name), "compiled": comp.get(name)},
+                args.repeat, sync,
+            )
+            # adam is 10-100x slower: fewer samples of it, on their own
+            ta = _timeit({"adam": adam[name]}, max(1, args.repeat // 3), sync)["adam"] if adam and name in adam else None
+            t, tp, tc = times["torchrbd"], times.get("pinocchio"), times.get("compiled")
             row = dict(batch=B, quantity=name, pinocchio=tp, torchrbd=t, compiled=tc, adam=ta)
             rows.append(row)
             line = f"| {name} | {_fmt(tp)} | {_fmt(t)} | {f'{t / tp:.2f}x' if tp else '-'} |"

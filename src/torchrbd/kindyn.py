@@ -234,7 +234,7 @@ class KinDynComputations:
             out[name] = value
             batch.append(value.shape[: value.dim() - k])
         try:
-            batch_shape = torch.broadcast_shapes(*batch)
+            batch_shape = batch[0] if all(b == batch[0] for b in batch) else torch.broadcast_shapes(*batch)
         except RuntimeError:
             shapes = ", ".join(f"{k}: {tuple(b)}" for k, b in zip(out, batch))
             raise InputError(f"batch shapes do not broadcast ({shapes})") from None

@@ -25,7 +25,7 @@ def matmul(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     """
     if A.shape[-1] == 1 and B.shape[-1] == 1:
         return torch.matmul(A.squeeze(-1), B.squeeze(-1)).unsqueeze(-1)
-    cols, rows = A.split(1, -2), B.split(1, -3)
+    cols, rows = pieces(A, -2), pieces(B, -3)
     C = cols[0] * rows[0]
     for a, b in zip(cols[1:], rows[1:]):
         C = torch.addcmul(C, a, b)
@@ -41,7 +41,7 @@ def mv(A: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """(..., 3, 3, B) @ (..., 3, B) -> (..., 3, B)."""
     if A.shape[-1] == 1 and v.shape[-1] == 1:
         return torch.matmul(A.squeeze(-1), v)
-    a, x = A.unbind(-2), v.split(1, -2)
+    a, x = A.unbind(-2), pieces(v, -2)
     c = a[0] * x[0]
     c = torch.addcmul(c, a[1], x[1])
     return torch.addcmul(c, a[2], x[2])
@@ -51,7 +51,7 @@ def mtv(A: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """A^T v for (..., 3, 3, B), (..., 3, B) -> (..., 3, B)."""
     if A.shape[-1] == 1 and v.shape[-1] == 1:
         return torch.matmul(A.squeeze(-1).transpose(-1, -2), v)
-    a, x = A.unbind(-3), v.split(1, -2)
+    a, x = A.unbind(-3), pieces(v, -2)
     c = a[0] * x[0]
     c = torch.addcmul(c, a[1], x[1])
     return torch.addcmul(c, a[2], x[2])
@@ -85,7 +85,13 @@ def mask_sum(mask: torch.Tensor, x: torch.Tensor, add: torch.Tensor | None = Non
 def halves(x: torch.Tensor, dim: int = 1):
     """The linear and angular halves ``(x[:3], x[3:])`` of 6-vectors along ``dim``
     (views; see the module note on ``split``)."""
-    return x.split(3, dim)
+    return x.split_with_sizes([3, 3], dim)
+
+
+def pieces(x: torch.Tensor, dim: int):
+    """``x`` cut into its size-1 slices along ``dim`` (kept as a dimension of size 1):
+    ``split(1, dim)`` without the Python wrapper of ``Tensor.split``."""
+    return x.split_with_sizes([1] * x.shape[dim], dim)
 
 
 def transpose(A: torch.Tensor) -> torch.Tensor:

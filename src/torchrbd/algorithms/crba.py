@@ -28,7 +28,7 @@ def mass_matrix_top(model, kin: Kinematics, inertia: SpatialInertia):
     topo = topology(model)
     Ic = inertia.subtree_sums(model)  # row 0 the whole robot, then one per coordinate
     S = kin.S[topo.body_of_dof]
-    (m0, m), (h0, h), (J0, J) = (x.split([1, model.n]) for x in (Ic.m, Ic.h, Ic.J))
+    (m0, m), (h0, h), (J0, J) = (x.split_with_sizes([1, model.n]) for x in (Ic.m, Ic.h, Ic.J))
     F = SpatialInertia(m, h, J).apply(S)
     Mbb = SpatialInertia(m0, h0, J0).matrix()[0]
     return Mbb, F, S

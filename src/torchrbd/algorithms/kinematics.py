@@ -11,7 +11,7 @@ import torch
 
 from ..model.model import Model
 from ..spatial import skew
-from .batchlast import cross, mm, mv
+from .batchlast import cross, mm, mv, pieces
 from .topology import Chain, chain, topology
 
 
@@ -89,7 +89,7 @@ def _local_transforms(model: Model, q: torch.Tensor, bodies=slice(None)) -> torc
 
 def _compose(Xp: torch.Tensor, L: torch.Tensor) -> torch.Tensor:
     """[Rp | pp] (k, 3, 4, B) followed by [R | p] (k, 3, 4, B): [Rp R | Rp p + pp]."""
-    cols, rows = Xp.split(1, 2), L.split(1, 1)
+    cols, rows = pieces(Xp, 2), pieces(L, 1)
     X = cols[0] * rows[0]
     X = torch.addcmul(X, cols[1], rows[1])
     X = torch.addcmul(X, cols[2], rows[2])
@@ -117,7 +117,7 @@ def _level_rows(topo, x: torch.Tensor):
     runs (see :class:`~.topology.Topology`) one ``split`` cuts them all: its backward is
     one ``cat``, where each indexed level would zero-fill a copy of all of ``x``."""
     if all(isinstance(lvl, slice) for lvl in topo.levels):
-        return x.split([1] + [lvl.stop - lvl.start for lvl in topo.levels])[1:]
+        return x.split_with_sizes([1] + [lvl.stop - lvl.start for lvl in topo.levels])[1:]
     return [x[lvl] for lvl in topo.levels]
 
 
@@ -136,7 +136,7 @@ def body_poses(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: torc
     X = unsqueeze(torch.cat(X, 0))
     if topo.unsort is not None:
         X = X[topo.unsort]
-    R, p = X.split(3, 2)
+    R, p = X.split_with_sizes([3, 1], 2)
     return R, p[:, :, 0]
 
 
@@ -168,11 +168,11 @@ def chain_forward(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: t
     local = _local_transforms(model, q.index_select(0, path.dofs), path.bodies)
     X, step, unsqueeze = _steps(base_R, base_p)
     poses = []
-    for L in local.split(1):
+    for L in pieces(local, 0):
         X = step(X, L)
         poses.append(X)
     X = unsqueeze(torch.cat(poses, 0) if subspaces else X)
-    R, p = X.split(3, 2)
+    R, p = X.split_with_sizes([3, 1], 2)
     p = p[:, :, 0]
     S = motion_subspaces(model, R, p, path.bodies) if subspaces else None
     return Kinematics(R=R, p=p, S=S, chain=path)

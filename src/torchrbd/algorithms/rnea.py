@@ -52,6 +52,6 @@ def rnea_mixed(model, kin: Kinematics, inertia: SpatialInertia, V0, A0, qd, qdd,
     if body_wrenches is not None:
         f = f - body_wrenches
     F = mask_sum(topo.subtrees, f)  # the total wrench, then one per coordinate's subtree
-    F0, F = F.split([1, model.n])
+    F0, F = F.split_with_sizes([1, model.n])
     tau = (kin.S[topo.body_of_dof] * F).sum(1)
     return torch.cat([F0[0], tau], 0)

@@ -43,4 +43,6 @@ def spd_solve(M: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``M^{-1} b`` for M (..., N, N) symmetric positive definite, b (..., N, k).
 
     Raises ``torch.linalg.LinAlgError`` when a matrix is not positive definite."""
-    return _SPDSolve.apply(M, b)[0]
+    if torch.is_grad_enabled() and (M.requires_grad or b.requires_grad):
+        return _SPDSolve.apply(M, b)[0]
+    return _SPDSolve.forward(M, b)[0]  # nothing to differentiate: skip the Function machinery
