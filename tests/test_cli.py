@@ -169,6 +169,8 @@ def test_bench_quick(capsys):
     assert code == 0
     assert "mass_matrix" in out and "torchrbd" in out
     assert "allocator tuned" not in out  # never changed unless asked
+    code, out, _ = run(capsys, "bench", "--quick", "--no-adam", "--dtype", "both")
+    assert code == 0 and "float32 speed-up" in out
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="mallopt is glibc's")

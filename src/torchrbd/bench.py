@@ -171,7 +171,8 @@ def main(argv=None) -> list:
     ap = argparse.ArgumentParser(prog="torchrbd bench", description=__doc__.splitlines()[0])
     ap.add_argument("--robot", default="icub", help="icub (needs icub-models) or an embedded model name")
     ap.add_argument("--batch", type=int, nargs="+", default=[1024, 1], help="batch sizes")
-    ap.add_argument("--dtype", choices=["float64", "float32"], default="float64")
+    ap.add_argument("--dtype", choices=["float64", "float32", "both"], default="float64",
+                    help="both: float64, plus a float32 column timed alongside it")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     ap.add_argument("--repeat", type=int, default=7)
@@ -190,7 +191,7 @@ def main(argv=None) -> list:
         from .perf import tune_cpu_allocator
 
         tuned = tune_cpu_allocator()
-    dtype = getattr(torch, args.dtype)
+    dtype = torch.float32 if args.dtype == "float32" else torch.float64
     device = torch.device(args.device)
     sync = torch.cuda.synchronize if device.type == "cuda" else None
     path, joints, frame = _robot(args.robot)
@@ -198,7 +199,8 @@ def main(argv=None) -> list:
         from .kindyn import KinDynComputations
 
         joints = KinDynComputations(path).joints_name_list
-    print(f"# torchrbd benchmark: {args.robot} ({len(joints)} joints, floating base), {args.dtype}, {device}")
+    label = "float64 (and float32)" if args.dtype == "both" else args.dtype
+    print(f"# torchrbd benchmark: {args.robot} ({len(joints)} joints, floating base), {label}, {device}")
     print(
         f"machine: {platform.machine()} {platform.processor() or ''}, {os.cpu_count()} cores; "
         f"torch {torch.__version__}, {torch.get_num_threads()} threads"
@@ -208,6 +210,7 @@ def main(argv=None) -> list:
     for B in args.batch:
         ours = torchrbd_cases(path, joints, frame, B, dtype, device)
         comp = torchrbd_cases(path, joints, frame, B, dtype, device, compile_=True) if args.compile else {}
+        f32 = torchrbd_cases(path, joints, frame, B, torch.float32, device) if args.dtype == "both" else {}
         pin_cases, pin_note = pinocchio_cases(path, joints, frame, B)
         adam, adam_note = (None, "adam skipped (--no-adam)") if args.no_adam else adam_cases(path, joints, frame, B, dtype)
         print(f"\n## batch {B}")
@@ -218,23 +221,29 @@ def main(argv=None) -> list:
         if comp:
             head += " torchrbd compiled | ratio |"
             sep += "---|---|"
+        if f32:
+            head += " torchrbd float32 | ratio | float32 speed-up |"
+            sep += "---|---|---|"
         head += " adam | torchrbd speed-up over adam |"
         sep += "---|---|"
         print(head)
         print(sep)
         for name, fn in ours.items():
             times = _timeit(
-                {"torchrbd": fn, "pinocchio": (pin_cases or {}).get(name), "compiled": comp.get(name)},
+                {"torchrbd": fn, "pinocchio": (pin_cases or {}).get(name), "compiled": comp.get(name),
+                 "float32": f32.get(name)},
                 args.repeat, sync,
             )
             # adam is 10-100x slower: fewer samples of it, on their own
             ta = _timeit({"adam": adam[name]}, max(1, args.repeat // 3), sync)["adam"] if adam and name in adam else None
-            t, tp, tc = times["torchrbd"], times.get("pinocchio"), times.get("compiled")
-            row = dict(batch=B, quantity=name, pinocchio=tp, torchrbd=t, compiled=tc, adam=ta)
+            t, tp, tc, t32 = times["torchrbd"], times.get("pinocchio"), times.get("compiled"), times.get("float32")
+            row = dict(batch=B, quantity=name, pinocchio=tp, torchrbd=t, compiled=tc, float32=t32, adam=ta)
             rows.append(row)
             line = f"| {name} | {_fmt(tp)} | {_fmt(t)} | {f'{t / tp:.2f}x' if tp else '-'} |"
             if comp:
                 line += f" {_fmt(tc)} | {f'{tc / tp:.2f}x' if tp else '-'} |"
+            if f32:
+                line += f" {_fmt(t32)} | {f'{t32 / tp:.2f}x' if tp else '-'} | {t / t32:.2f}x |"
             line += f" {_fmt(ta)} | {f'{ta / t:.0f}x' if ta else '-'} |"
             print(line)
     print("\nratio = torchrbd time / Pinocchio time (below 1 means torchrbd is faster).")
