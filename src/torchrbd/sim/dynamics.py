@@ -267,14 +267,14 @@ def passive_force(ent: EntityStatics, q, qd) -> torch.Tensor:
     return -ent.stiffness * q - ent.damping * qd
 
 
-def limit_correction(ent: EntityStatics, L, acc, q, qd) -> torch.Tensor:
+def limit_correction(ent: EntityStatics, U, acc, q, qd) -> torch.Tensor:
     """One-sided soft joint-limit constraint (MuJoCo ``solref`` style, diagonal).
 
     For a joint past a limit by ``r > 0`` it asks for the reference acceleration
     ``a_ref = -b qd -/+ k r`` (``b = 2 / tc``, ``k = 1 / (tc zeta)^2``) and applies
     the force ``m_eff (a_ref - a)`` that achieves it, ``m_eff = 1 / (M^-1)_ii``,
-    kept one-sided (it only pushes back into the range). ``L (B, nv, nv)`` is the
-    Cholesky factor of M. Returns the extra generalized acceleration ``M^-1 f`` (B, nv),
+    kept one-sided (it only pushes back into the range). ``U (B, nv, nv)`` is the
+    upper Cholesky factor of M (``M = U^T U``). Returns the extra generalized acceleration ``M^-1 f`` (B, nv),
     or None when no joint of any environment is past a limit (the force is then 0).
     """
     r_up = torch.where(ent.has_upper, q - ent.upper, -1.0)  # > 0 past the upper limit
@@ -286,23 +286,24 @@ def limit_correction(ent: EntityStatics, L, acc, q, qd) -> torch.Tensor:
     b, k = 2.0 / tc, 1.0 / (tc * zeta) ** 2
     off = 6 if ent.floating else 0
     a = acc[:, off:]
-    eye = torch.eye(L.shape[-1], dtype=L.dtype, device=L.device).expand_as(L)
-    Linv = torch.linalg.solve_triangular(L, eye, upper=False)  # M^-1 = Linv^T Linv
-    m_eff = 1.0 / (Linv[:, :, off:] * Linv[:, :, off:]).sum(1)
+    eye = torch.eye(U.shape[-1], dtype=U.dtype, device=U.device).expand_as(U)
+    Uinv = torch.linalg.solve_triangular(U, eye, upper=True)  # M^-1 = Uinv Uinv^T
+    m_eff = 1.0 / (Uinv[:, off:] * Uinv[:, off:]).sum(2)
     f_up = torch.clamp(m_eff * (-k * r_up - b * qd - a), max=0.0)
     f_lo = torch.clamp(m_eff * (k * r_lo - b * qd - a), min=0.0)
     f = torch.where(past_up, f_up, 0.0) + torch.where(past_lo, f_lo, 0.0)
     f = torch.nn.functional.pad(f, (off, 0))
-    return matvec(Linv.transpose(1, 2), matvec(Linv, f))
+    return matvec(Uinv, matvec(Uinv.transpose(1, 2), f))
 
 
 def solve(ent: EntityStatics, M, rhs, q, qd) -> torch.Tensor:
     """``M^-1 rhs`` (B, nv) plus the joint-limit correction, by Cholesky: M (with the
     implicit damping of the Euler step) is symmetric positive definite. ``cholesky_ex``
-    does not raise, so one diverged environment gives NaN there, not an error."""
-    L = torch.linalg.cholesky_ex(M)[0]
-    acc = torch.cholesky_solve(rhs[..., None], L)[..., 0]
-    correction = limit_correction(ent, L, acc, q, qd) if ent.limited else None
+    does not raise, so one diverged environment gives NaN there, not an error. The
+    upper factor (``M = U^T U``) is what LAPACK computes from row-major M without a copy."""
+    U = torch.linalg.cholesky_ex(M, upper=True)[0]
+    acc = torch.cholesky_solve(rhs[..., None], U, upper=True)[..., 0]
+    correction = limit_correction(ent, U, acc, q, qd) if ent.limited else None
     return acc if correction is None else acc + correction
 
 
