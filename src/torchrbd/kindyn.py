@@ -370,15 +370,11 @@ class KinDynComputations:
         return torch.cat([Mbb, F.transpose(0, 1)], 1)
 
     @staticmethod
-    def _mass_matrix(model, kin, R, p, rep, contiguous=False):
-        """(B, 6+n, 6+n) M in ``rep`` (see :func:`~torchrbd.algorithms.crba.assemble`
-        for ``contiguous``), and the world inertias."""
+    def _mass_matrix(model, kin, R, p, rep):
+        """(B, 6+n, 6+n) M in ``rep`` (batch-first, contiguous), and the world inertias."""
         inertia = alg.world_inertias(model, kin.R, kin.p)
         Mbb, F, S = alg.mass_matrix_top(model, kin, inertia)
-        F_rep = rep_.rows_times_T(rep, F, R, p)  # coupling rows F_b^T T
-        Mbb = rep_.rows_times_T(rep, Mbb, R, p)  # Mbb T, then T^T (Mbb T) by columns
-        Mbb = rep_.rows_times_T(rep, Mbb.transpose(0, 1), R, p).transpose(0, 1)
-        return alg.assemble(model, Mbb, F_rep, S, F_joint=F, contiguous=contiguous), inertia
+        return alg.assemble(model, Mbb, F, S, T=rep_.base_map(rep, R, p)), inertia
 
     def mass_matrix(self, base_transform, joint_positions) -> torch.Tensor:
         """(..., 6+n, 6+n) joint-space inertia (CRBA) in the chosen representation."""
@@ -526,7 +522,7 @@ class KinDynComputations:
         # Solve in the internal coordinates (base twist about the base origin, world
         # axes): there M is as well conditioned wherever the robot is, and the base
         # acceleration is converted to the representation afterwards.
-        M, inertia = self._mass_matrix(model, kin, R, p, rep_.MIXED, contiguous=True)
+        M, inertia = self._mass_matrix(model, kin, R, p, rep_.MIXED)
         g = torch.cat([model.gravity, torch.zeros_like(model.gravity)])[:, None].expand(6, qd.shape[-1])
         h = alg.rnea_mixed(model, kin, inertia, rep_.to_internal(rep, R, p, nu), -g, qd, torch.zeros_like(qd))
         f = torch.cat([torch.zeros_like(nu), self._bl(a["joint_torques"])], 0)

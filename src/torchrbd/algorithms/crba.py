@@ -4,9 +4,10 @@ With every quantity about one fixed origin O (world axes), a body's composite in
 plain sum of the inertias of its subtree (one masked product) and
 ``M[a, b] = S_a . (Ic_b S_b)`` whenever coordinate a supports coordinate b.
 
-The base rows are kept batch-last (they still change with the velocity
-representation); the joint block, which does not, is computed batch-first with
-one batched matmul, the layout of the final matrix.
+In a velocity representation whose base velocity maps to the internal one by
+``T`` (see :mod:`.representation`), ``M = [[T^T Mbb T, T^T F^T], [F T, P]]`` with
+``F`` the coupling rows and ``P[a, b] = S_a . F_b``: :func:`assemble` makes all the
+distinct entries with one batched product and places them with one gather.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 
 from .inertia import SpatialInertia
 from .kinematics import Kinematics
+from .batchlast import matmul
 from .topology import topology
 
 
@@ -34,44 +36,36 @@ def mass_matrix_top(model, kin: Kinematics, inertia: SpatialInertia):
     return Mbb, F, S
 
 
-def assemble(model, Mbb, F, S, F_joint=None, contiguous: bool = False) -> torch.Tensor:
-    """The joint-space inertia as a (B, 6+n, 6+n) tensor.
+def assemble(model, Mbb, F, S, T=None) -> torch.Tensor:
+    """The joint-space inertia (B, 6+n, 6+n), batch-first and contiguous (what a
+    batched Cholesky wants).
 
-    ``Mbb`` (6, 6, B) base block and ``F`` (n, 6, B) coupling rows (in the wanted
-    representation); ``S`` (n, 6, B) and ``F_joint`` (n, 6, B, default ``F``) give the
-    joint block ``S_a . F_b`` (a supports b), which no representation changes.
-    One batched matmul makes every ``S_a . F_b``; one row gather places the blocks,
-    mirrors the joint block and zeroes unrelated pairs.
+    ``Mbb`` (6, 6, B), ``F`` (n, 6, B), ``S`` (n, 6, B) from :func:`mass_matrix_top`
+    (internal coordinates); ``T`` (6, 6, B) the base-velocity map of the wanted
+    representation (None: the internal one, MIXED). One batched product
 
-    By default the result is a batch-first *view* of batch-last storage (cheapest);
-    ``contiguous=True`` gathers straight into batch-first memory instead (what a
-    batched Cholesky wants; transposing afterwards would cost more).
+        G = [T^T; S; 0] @ [Mbb T | F^T]        (7+n, 6) @ (6, 6+n)
+
+    holds the base rows ``T^T [Mbb T | F^T]`` and ``S_a . F_b`` (its rows ``S Mbb T``
+    are not used); one gather (``Topology.mass_matrix_index``) places the entries,
+    mirrors the blocks below the diagonal and zeroes pairs of unrelated coordinates.
     """
     topo = topology(model)
-    F_joint = F if F_joint is None else F_joint
     n, B = model.n, S.shape[-1]
     N = 6 + n
-    zero = torch.zeros(B, 1, dtype=S.dtype, device=S.device)
+    if T is None:
+        top, right = torch.eye(6, dtype=S.dtype, device=S.device)[..., None].expand(6, 6, B), Mbb
+    else:
+        top, right = T.transpose(0, 1), matmul(Mbb, T)
+    left = torch.cat([top, S, S.new_zeros(1, 6, B)], 0)  # (N+1, 6, B)
+    right = torch.cat([right, F.transpose(0, 1)], 1)  # (6, N, B)
     if torch.compiler.is_compiling():
-        # under torch.compile a batch-last multiply-sum fuses into the gather; a
-        # bmm on CPU would run one small product per matrix
-        P = (S[:, None] * F_joint[None]).sum(2)  # (n, n, B): P[a, b] = S_a . F_b
-        _add_armature(model, P.diagonal(0, 0, 1))
-        parts = [Mbb.reshape(36, B), F.reshape(6 * n, B), P.reshape(n * n, B), zero.T]
-        M = torch.cat(parts, 0).index_select(0, topo.mass_matrix_index).reshape(N, N, B).permute(2, 0, 1)
-        return M.contiguous() if contiguous else M
-    P = torch.bmm(S.permute(2, 0, 1).contiguous(), F_joint.permute(2, 1, 0).contiguous())  # (B, n, n)
-    _add_armature(model, P.diagonal(0, 1, 2))
-    if contiguous:
-        parts = [Mbb.permute(2, 0, 1).reshape(B, 36), F.permute(2, 0, 1).reshape(B, 6 * n), P.reshape(B, n * n), zero]
-        return torch.cat(parts, 1).index_select(1, topo.mass_matrix_index).reshape(B, N, N)
-    parts = [Mbb.reshape(36, B), F.reshape(6 * n, B), P.permute(1, 2, 0).reshape(n * n, B), zero.T]
-    return torch.cat(parts, 0).index_select(0, topo.mass_matrix_index).reshape(N, N, B).permute(2, 0, 1)
-
-
-def _add_armature(model, diagonal: torch.Tensor) -> None:
-    """Adds the joints' armature (rotor inertia, MuJoCo models) in place to ``diagonal``
-    (B, n), a view of the freshly computed joint block (cheaper than adding a
-    diagonal matrix to the whole mass matrix)."""
+        # inductor fuses a batch-last multiply-sum with the gather; a bmm on CPU
+        # would run one small product per matrix
+        G = (left[:, :, None] * right[None]).sum(1).permute(2, 0, 1)  # (B, N+1, N)
+    else:
+        G = torch.bmm(left.permute(2, 0, 1).contiguous(), right.permute(2, 0, 1).contiguous())
     if model.has_armature:
-        diagonal.add_(model.armature)
+        G.diagonal(0, 1, 2)[:, 6:].add_(model.armature)  # rotor inertia on the joints' diagonal
+    index = topo.mass_matrix_index.expand(B, N * N)  # gather: several times faster than index_select on dim 1
+    return torch.gather(G.reshape(B, (N + 1) * N), 1, index).reshape(B, N, N)

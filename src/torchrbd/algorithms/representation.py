@@ -77,6 +77,20 @@ def acceleration_from_internal(rep, a, R, pB, nu):
     return a
 
 
+def base_map(rep, R, pB):
+    """T (6, 6, B) as a matrix (batch-last), or None for MIXED (T = 1)."""
+    if rep is MIXED:
+        return None
+    eye = torch.eye(3, dtype=R.dtype, device=R.device)[..., None].expand_as(R)
+    zero = torch.zeros_like(R)
+    if rep is BODY:
+        return torch.cat([torch.cat([R, zero], 1), torch.cat([zero, R], 1)], 0)
+    x, y, z = pB.unbind(0)
+    o = torch.zeros_like(x)
+    minus_skew = torch.stack([o, z, -y, -z, o, x, y, -x, o], 0).reshape(3, 3, -1)  # -[pB]x
+    return torch.cat([torch.cat([eye, minus_skew], 1), torch.cat([zero, eye], 1)], 0)
+
+
 def T_dot_nu(rep, nu):
     """(6, B) ``Tdot nu``: ``[v x w; 0]`` for MIXED, zero otherwise."""
     if rep is MIXED:

@@ -39,8 +39,10 @@ class Topology:
     * ``dof_support``: (n, n) float mask, ``[a, b] = 1`` when coordinate a moves
       an ancestor-or-self of the body of coordinate b.
     * ``mass_matrix_index``: ((6+n)^2,) where each entry of the joint-space inertia
-      is read from in ``[Mbb (36), F (6n), P (n*n), 0]`` (see
-      :func:`~torchrbd.algorithms.crba.assemble`).
+      is read from in the flattened (7+n, 6+n) product ``G`` of
+      :func:`~torchrbd.algorithms.crba.assemble`: its own entry for the base rows and
+      for pairs where the row coordinate supports the column one, the mirrored entry
+      for the transposed cases, and G's last row (zeros) for unrelated pairs.
     """
 
     levels: tuple
@@ -89,25 +91,22 @@ def _topology(parents: tuple, jtypes: tuple, body_dof: tuple, link_body: tuple, 
             body_of_dof[d] = b
     dof_support = [[anc[body_of_dof[b]][body_of_dof[a]] for b in range(n)] for a in range(n)]
 
-    N, off_F, off_P = 6 + n, 36, 36 + 6 * n
-    zero = off_P + n * n
-    index = []
-    for i in range(N):
-        for j in range(N):
-            if i < 6 and j < 6:
-                index.append(i * 6 + j)
-            elif i < 6:
-                index.append(off_F + (j - 6) * 6 + i)
-            elif j < 6:
-                index.append(off_F + (i - 6) * 6 + j)
-            else:
-                a, b = i - 6, j - 6
-                if dof_support[a][b]:
-                    index.append(off_P + a * n + b)
-                elif dof_support[b][a]:
-                    index.append(off_P + b * n + a)
-                else:
-                    index.append(zero)
+    N = 6 + n
+    zero = N * N  # the first entry of G's last row, all zeros
+
+    def entry(i, j):
+        if i < 6:
+            return i * N + j
+        if j < 6:
+            return j * N + i
+        a, b = i - 6, j - 6
+        if dof_support[a][b]:
+            return i * N + j
+        if dof_support[b][a]:
+            return j * N + i
+        return zero
+
+    index = [entry(i, j) for i in range(N) for j in range(N)]
 
     def long(x):
         return torch.tensor(x, dtype=torch.long, device=device)

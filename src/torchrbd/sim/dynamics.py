@@ -214,7 +214,7 @@ def mass_matrix_and_bias(sk: StageKinematics, floating: bool, damping=None):
         h, load = damping
         Mbb = Mbb + h * load.damping_base if floating else Mbb
         F = F + h * load.damping_rows
-    M = alg.assemble(model, Mbb, F, S, contiguous=True)
+    M = alg.assemble(model, Mbb, F, S)
     v, w = sk.nu[:3], sk.nu[3:]
     g = model.gravity[:, None]
     A0 = torch.cat([torch.linalg.cross(v, w, dim=0) - g, torch.zeros_like(w)], 0)  # MIXED: Tdot nu - [g; 0]
