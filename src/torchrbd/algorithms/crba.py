@@ -38,7 +38,7 @@ def mass_matrix_top(model, kin: Kinematics, inertia: SpatialInertia):
 
 def assemble(model, Mbb, F, S, T=None) -> torch.Tensor:
     """The joint-space inertia (B, 6+n, 6+n), batch-first and contiguous (what a
-    batched Cholesky wants).
+    batched Cholesky wants; under ``torch.compile``, a view of batch-last memory).
 
     ``Mbb`` (6, 6, B), ``F`` (n, 6, B), ``S`` (n, 6, B) from :func:`mass_matrix_top`
     (internal coordinates); ``T`` (6, 6, B) the base-velocity map of the wanted
@@ -60,11 +60,14 @@ def assemble(model, Mbb, F, S, T=None) -> torch.Tensor:
     left = torch.cat([top, S, S.new_zeros(1, 6, B)], 0)  # (N+1, 6, B)
     right = torch.cat([right, F.transpose(0, 1)], 1)  # (6, N, B)
     if torch.compiler.is_compiling():
-        # inductor fuses a batch-last multiply-sum with the gather; a bmm on CPU
-        # would run one small product per matrix
-        G = (left[:, :, None] * right[None]).sum(1).permute(2, 0, 1)  # (B, N+1, N)
-    else:
-        G = torch.bmm(left.permute(2, 0, 1).contiguous(), right.permute(2, 0, 1).contiguous())
+        # inductor fuses a batch-last multiply-sum with a gather of whole rows; a bmm
+        # on CPU would run one small product per matrix
+        G = (left[:, :, None] * right[None]).sum(1)  # (N+1, N, B)
+        if model.has_armature:
+            G.diagonal(0, 0, 1)[:, 6:].add_(model.armature)
+        M = G.reshape((N + 1) * N, B).index_select(0, topo.mass_matrix_index)
+        return M.reshape(N, N, B).permute(2, 0, 1)
+    G = torch.bmm(left.permute(2, 0, 1).contiguous(), right.permute(2, 0, 1).contiguous())  # (B, N+1, N)
     if model.has_armature:
         G.diagonal(0, 1, 2)[:, 6:].add_(model.armature)  # rotor inertia on the joints' diagonal
     index = topo.mass_matrix_index.expand(B, N * N)  # gather: several times faster than index_select on dim 1
