@@ -251,37 +251,39 @@ class Sphere(Primitive):
         return 4.0 / 3.0 * math.pi * r**3, np.eye(3) * 0.4 * r * r
 
 
-class Cylinder(Primitive):
-    """A solid cylinder along its local z axis (``height`` is the full length)."""
+class _AlongZ(Primitive):
+    """A primitive along its local z axis, given by ``radius`` and ``height``."""
 
-    _geom_type = GeomType.CYLINDER
-
-    def __init__(self, radius=0.5, height=1.0, pos=(0.0, 0.0, 0.0), euler=None, quat=None, fixed=False, **kw):
-        _positive("Cylinder", radius=radius, height=height)
+    def __init__(self, radius, height, pos, euler, quat, fixed, **kw):
+        _positive(type(self).__name__, radius=radius, height=height)
         super().__init__(pos, euler, quat, fixed, **kw)
         self.radius, self.height = float(radius), float(height)
 
     def _size(self):
         return (self.radius, self.height / 2)
+
+
+class Cylinder(_AlongZ):
+    """A solid cylinder along its local z axis (``height`` is the full length)."""
+
+    _geom_type = GeomType.CYLINDER
+
+    def __init__(self, radius=0.5, height=1.0, pos=(0.0, 0.0, 0.0), euler=None, quat=None, fixed=False, **kw):
+        super().__init__(radius, height, pos, euler, quat, fixed, **kw)
 
     def _volume_inertia(self):
         r, h = self.radius, self.height
         return math.pi * r * r * h, np.diag([(3 * r * r + h * h) / 12, (3 * r * r + h * h) / 12, r * r / 2])
 
 
-class Capsule(Primitive):
+class Capsule(_AlongZ):
     """A capsule along its local z axis: a cylinder of length ``height`` (the segment
     between the two hemisphere centres) capped by hemispheres of ``radius``."""
 
     _geom_type = GeomType.CAPSULE
 
     def __init__(self, radius=0.25, height=1.0, pos=(0.0, 0.0, 0.0), euler=None, quat=None, fixed=False, **kw):
-        _positive("Capsule", radius=radius, height=height)
-        super().__init__(pos, euler, quat, fixed, **kw)
-        self.radius, self.height = float(radius), float(height)
-
-    def _size(self):
-        return (self.radius, self.height / 2)
+        super().__init__(radius, height, pos, euler, quat, fixed, **kw)
 
     def _volume_inertia(self):
         r, h = self.radius, self.height
