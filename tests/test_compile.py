@@ -40,3 +40,16 @@ def test_compiled_matches_eager():
     kc = kd.compiled(backend="eager")  # the graph capture path, without code generation time
     torch.testing.assert_close(kc.mass_matrix(H, q), kd.mass_matrix(H, q), rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(kc.aba(H, q, nu, qd, tau), kd.aba(H, q, nu, qd, tau), rtol=1e-10, atol=1e-10)
+
+
+def test_inductor_frame_kinematics_match_eager():
+    """forward_kinematics and jacobian compile with their own inductor options
+    (KinDynComputations._SHORT_CHAINS): the generated code gives the eager results."""
+    kd = torchrbd.models.load("arm7")
+    H, q, *_ = _inputs(kd, B=4)
+    torch._dynamo.reset()
+    kc = kd.compiled()
+    frame = kd.model.link_names[-1]
+    torch.testing.assert_close(kc.forward_kinematics(frame, H, q), kd.forward_kinematics(frame, H, q),
+                               rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(kc.jacobian(frame, H, q), kd.jacobian(frame, H, q), rtol=1e-12, atol=1e-12)

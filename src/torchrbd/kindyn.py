@@ -91,6 +91,12 @@ class KinDynComputations:
         "link_poses", "mass_matrix_and_bias_force",
     )
 
+    # One frame's pose and Jacobian are a short chain of tiny products: told to store
+    # every intermediate, inductor emits vectorised loops over the batch instead of
+    # recomputing sin/cos and strided loads inside each entry (3x faster at B=1024;
+    # the same setting makes the whole-tree algorithms slower, so it is per method).
+    _SHORT_CHAINS = {name: {"realize_opcount_threshold": 1} for name in ("forward_kinematics", "jacobian")}
+
     def compiled(self, **compile_kwargs) -> "KinDynComputations":
         """A copy whose methods run through ``torch.compile`` (opt-in; same results).
 
@@ -103,7 +109,11 @@ class KinDynComputations:
         other = copy.copy(self)
         other._cache = {}
         for name in self._COMPILED:
-            setattr(other, name, torch.compile(getattr(other, name), **compile_kwargs))
+            kwargs = dict(compile_kwargs)
+            inductor = kwargs.get("backend", "inductor") == "inductor" and "mode" not in kwargs
+            if name in self._SHORT_CHAINS and inductor:
+                kwargs["options"] = {**self._SHORT_CHAINS[name], **kwargs.get("options", {})}
+            setattr(other, name, torch.compile(getattr(other, name), **kwargs))
         return other
 
     # ----------------------------------------------------------- constructors
