@@ -313,17 +313,23 @@ class KinDynComputations:
         """(..., 6, 6+n): frame velocity (in the representation) from the generalized velocity."""
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
         model.frame(frame)
+        rep = self.representation
         kin, R, p = self._state(model, a, frame)
         _, RF, pF = alg.frame_pose(model, kin, frame)
-        # only the base columns and those of the chain's coordinates are nonzero: convert
-        # those (as twists, then the base block by T) and scatter the chain's into place
-        eye = torch.eye(6, dtype=R.dtype, device=R.device)[..., None].expand(6, 6, R.shape[-1])
-        cols = rep_.twists_to_rep(self.representation, torch.cat([eye, kin.S], 0), RF, pF, p)  # (6+k, 6, B)
-        base = rep_.rows_times_T(self.representation, cols[:6].transpose(0, 1), R, p)
-        nonzero = torch.cat([base, cols[6:].transpose(0, 1)], 1)  # (6, 6+k, B)
-        J = cols.new_zeros(6, 6 + model.n, R.shape[-1])
+        # only the base columns and those of the chain's coordinates are nonzero:
+        # convert those (as twists, then the base block by T) and scatter them
+        cols = rep_.twists_to_rep(rep, alg.chain_columns(kin), RF, pF, p)  # (6+k, 6, B)
+        base = rep_.rows_times_T(rep, cols[:6].transpose(0, 1), R, p)
+        return self._out(self._chain_scatter(model, kin, base, cols[6:]), bs)
+
+    @staticmethod
+    def _chain_scatter(model, kin, base, chain_cols):
+        """(6, 6+n, B) Jacobian-shaped: ``base`` (6, 6, B) rows, the chain's columns
+        ``chain_cols`` (k, 6, B) in place, zeros elsewhere."""
+        nonzero = torch.cat([base, chain_cols.transpose(0, 1)], 1)  # (6, 6+k, B)
+        J = nonzero.new_zeros(6, 6 + model.n, nonzero.shape[-1])
         J[:, kin.chain.columns] = nonzero
-        return self._out(J, bs)
+        return J
 
     def relative_jacobian(self, frame: str, joint_positions) -> torch.Tensor:
         """(..., 6, n): joint columns of the Jacobian with the base at the world origin
@@ -342,18 +348,16 @@ class KinDynComputations:
         )
         model.frame(frame)
         rep = self.representation
-        kin, R, p = self._state(model, a)
+        kin, R, p = self._state(model, a, frame)
         nu, qd = self._bl(a["base_velocity"]), self._bl(a["joint_velocities"])
-        V0 = rep_.to_internal(rep, R, p, nu)
-        J_in, JX, _, (body, RF, pF) = self._jacobian_parts(model, kin, R, p, frame, rep)
-        Jd_in = alg.jacobian_dot_mixed(model, kin, body, V0, qd)
-        VF = torch.einsum("rcb,cb->rb", J_in, torch.cat([V0, qd], 0))
-        cols = J_in.transpose(0, 1)
-        XdJ = rep_.twists_to_rep_dot(rep, cols, RF, pF, VF)
-        XJd = rep_.twists_to_rep(rep, Jd_in.transpose(0, 1), RF, pF, p)
-        Jd = (XdJ + XJd).transpose(0, 1)  # d/dt (X J_in)
-        base = rep_.rows_times_T(rep, Jd[:, :6], R, p) + rep_.rows_times_T_dot(rep, JX[:, :6], R, p, nu)
-        return self._out(torch.cat([base, Jd[:, 6:]], 1), bs)
+        _, RF, pF = alg.frame_pose(model, kin, frame)
+        cols = alg.chain_columns(kin)  # J's nonzero columns about the base origin
+        rates, VF = alg.chain_column_rates(kin, rep_.to_internal(rep, R, p, nu), qd)
+        JX = rep_.twists_to_rep(rep, cols[:6], RF, pF, p)  # X J, base columns
+        Jd = rep_.twists_to_rep_dot(rep, cols, RF, pF, VF) + rep_.twists_to_rep(rep, rates, RF, pF, p)  # d/dt (X J)
+        base = rep_.rows_times_T(rep, Jd[:6].transpose(0, 1), R, p)
+        base = base + rep_.rows_times_T_dot(rep, JX.transpose(0, 1), R, p, nu)
+        return self._out(self._chain_scatter(model, kin, base, Jd[6:]), bs)
 
     def CoM_position(self, base_transform, joint_positions) -> torch.Tensor:
         """(..., 3) centre of mass in the world frame."""
