@@ -419,7 +419,7 @@ class KinDynComputations:
             A0 = A0 + rep_.to_internal(rep, R, p, nud)
         if gravity:
             A0 = A0 - torch.cat([model.gravity, torch.zeros_like(model.gravity)])[:, None]
-        tau = alg.rnea_mixed(model, kin, inertia, V0, A0, qd, qdd if qdd is not None else torch.zeros_like(qd))
+        tau = alg.rnea_mixed(model, kin, inertia, V0, A0, qd, qdd)
         base = rep_.rows_times_T(rep, tau[None, :6], R, p)[0]
         joints = tau[6:]
         if qdd is not None and model.armature is not None:
@@ -538,7 +538,7 @@ class KinDynComputations:
         # acceleration is converted to the representation afterwards.
         M, inertia = self._mass_matrix(model, kin, R, p, rep_.MIXED)
         g = torch.cat([model.gravity, torch.zeros_like(model.gravity)])[:, None].expand(6, qd.shape[-1])
-        h = alg.rnea_mixed(model, kin, inertia, rep_.to_internal(rep, R, p, nu), -g, qd, torch.zeros_like(qd))
+        h = alg.rnea_mixed(model, kin, inertia, rep_.to_internal(rep, R, p, nu), -g, qd, None)
         f = torch.cat([torch.zeros_like(nu), self._bl(a["joint_torques"])], 0)
         if w:
             f = f + self._wrench_forces(model, kin, R, p, w)

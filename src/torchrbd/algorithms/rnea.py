@@ -39,14 +39,17 @@ def rnea_mixed(model, kin: Kinematics, inertia: SpatialInertia, V0, A0, qd, qdd,
     """Generalized forces (6+n, B) for the base twist about O (world axes).
 
     ``V0``/``A0`` (6, B): base twist and spatial acceleration about the world
-    origin (gravity included in A0 as ``-[g; 0]``). ``qd``/``qdd`` (n, B).
+    origin (gravity included in A0 as ``-[g; 0]``). ``qd``/``qdd`` (n, B); ``qdd=None``
+    for zero joint accelerations (the bias forces).
     ``body_wrenches`` (nb, 6, B): external wrenches about O acting
     on each body (world axes). Returns ``[F_base; tau]``.
     """
     topo = topology(model)
     anc = topo.ancestor
     V, Sqd = body_velocities(model, kin, V0, qd)
-    dA = kin.S * per_body(model, qdd)[:, None] + motion_cross(V, Sqd)
+    dA = motion_cross(V, Sqd)
+    if qdd is not None:
+        dA = torch.addcmul(dA, kin.S, per_body(model, qdd)[:, None])
     A = mask_sum(anc, dA, add=A0)
     f = inertia.apply(A) + force_cross(V, inertia.apply(V))
     if body_wrenches is not None:

@@ -218,7 +218,7 @@ def mass_matrix_and_bias(sk: StageKinematics, floating: bool, damping=None):
     v, w = sk.nu[:3], sk.nu[3:]
     g = model.gravity[:, None]
     A0 = torch.cat([torch.linalg.cross(v, w, dim=0) - g, torch.zeros_like(w)], 0)  # MIXED: Tdot nu - [g; 0]
-    bias = alg.rnea_mixed(model, kin, inertia, sk.nu, A0, sk.qd_bl, torch.zeros_like(sk.qd_bl)).T
+    bias = alg.rnea_mixed(model, kin, inertia, sk.nu, A0, sk.qd_bl, None).T
     if floating:
         return M, bias
     return M[:, 6:, 6:].contiguous(), bias[:, 6:]
