@@ -301,26 +301,23 @@ class KinDynComputations:
         H = homogeneous(to_batch_first(R), to_batch_first(r + pB))
         return H.reshape(*bs, model.nlink, 4, 4)
 
-    def _jacobian_parts(self, model, kin, R, p, frame, rep):
-        """(J_in, X J_in, X J_in Tf) with everything (6, 6+n, B)."""
-        body, RF, pF = alg.frame_pose(model, kin, frame)
-        J_in = alg.jacobian_mixed(model, kin, body)
-        JX = rep_.twists_to_rep(rep, J_in.transpose(0, 1), RF, pF, p).transpose(0, 1)
-        J = torch.cat([rep_.rows_times_T(rep, JX[:, :6], R, p), JX[:, 6:]], 1)
-        return J_in, JX, J, (body, RF, pF)
-
     def jacobian(self, frame: str, base_transform, joint_positions) -> torch.Tensor:
         """(..., 6, 6+n): frame velocity (in the representation) from the generalized velocity."""
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
         model.frame(frame)
-        rep = self.representation
         kin, R, p = self._state(model, a, frame)
+        return self._out(self._frame_jacobian(model, kin, R, p, frame), bs)
+
+    def _frame_jacobian(self, model, kin, R, p, frame):
+        """(6, 6+n, B) Jacobian of ``frame`` in the representation from chain kinematics
+        (:func:`~torchrbd.algorithms.chain_forward` or ``chain_rows``). Only the base
+        columns and those of the chain's coordinates are nonzero: convert those (as
+        twists, then the base block by T) and scatter them."""
+        rep = self.representation
         _, RF, pF = alg.frame_pose(model, kin, frame)
-        # only the base columns and those of the chain's coordinates are nonzero:
-        # convert those (as twists, then the base block by T) and scatter them
         cols = rep_.twists_to_rep(rep, alg.chain_columns(kin), RF, pF, p)  # (6+k, 6, B)
         base = rep_.rows_times_T(rep, cols[:6].transpose(0, 1), R, p)
-        return self._out(self._chain_scatter(model, kin, base, cols[6:]), bs)
+        return self._chain_scatter(model, kin, base, cols[6:])
 
     @staticmethod
     def _chain_scatter(model, kin, base, chain_cols):
@@ -433,7 +430,7 @@ class KinDynComputations:
         """sum_F J_F^T w_F (6+n, B) for wrenches (6, B) in the representation."""
         total = 0
         for frame, w in wrenches.items():
-            J = self._jacobian_parts(model, kin, R, p, frame, self.representation)[2]
+            J = self._frame_jacobian(model, alg.chain_rows(model, kin, model.frame(frame)[0]), R, p, frame)
             total = total + torch.einsum("rcb,rb->cb", J, w)
         return total
 

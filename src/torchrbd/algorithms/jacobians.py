@@ -6,22 +6,6 @@ import torch
 
 from .kinematics import Kinematics
 from .rnea import motion_cross
-from .topology import topology
-
-
-def support_mask(model, body: int) -> torch.Tensor:
-    """(n,) 1 for the coordinates that move ``body``."""
-    topo = topology(model)
-    return topo.ancestor[body, topo.body_of_dof]
-
-
-def jacobian_mixed(model, kin: Kinematics, body: int) -> torch.Tensor:
-    """(6, 6+n, B): twist of ``body`` about O from the generalized velocity whose base
-    part is the base twist about O (world axes)."""
-    S = kin.S[topology(model).body_of_dof] * support_mask(model, body)[:, None, None]  # (n, 6, B)
-    B = S.shape[-1]
-    eye = torch.eye(6, dtype=S.dtype, device=S.device)[..., None].expand(6, 6, B)
-    return torch.cat([eye, S.transpose(0, 1)], 1)
 
 
 def chain_columns(kin: Kinematics) -> torch.Tensor:

@@ -178,6 +178,15 @@ def chain_forward(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: t
     return Kinematics(R=R, p=p, S=S, chain=path)
 
 
+def chain_rows(model: Model, kin: Kinematics, body: int) -> Kinematics:
+    """The rows of full kinematics ``kin`` on the path from the base to ``body``, laid out
+    as :func:`chain_forward` returns them (when the whole tree is already computed)."""
+    path = chain(model, body)
+    if not len(path):
+        return Kinematics(kin.R[:1], kin.p[:1], kin.S[:0], path)
+    return Kinematics(kin.R[path.bodies], kin.p[path.bodies], kin.S[path.bodies], path)
+
+
 def forward(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: torch.Tensor) -> Kinematics:
     R, p = body_poses(model, base_R, base_p, q)
     return Kinematics(R=R, p=p, S=motion_subspaces(model, R, p))

@@ -36,8 +36,6 @@ class Topology:
     * ``link_body``: (nlink,) body of each link.
     * ``subtrees``: (1+n, nbody) float mask: row 0 all ones (the whole tree, the
       base's subtree), row 1+a the subtree of the body of coordinate a.
-    * ``dof_support``: (n, n) float mask, ``[a, b] = 1`` when coordinate a moves
-      an ancestor-or-self of the body of coordinate b.
     * ``mass_matrix_index``: ((6+n)^2,) where each entry of the joint-space inertia
       is read from in the flattened (7+n, 6+n) product ``G`` of
       :func:`~torchrbd.algorithms.crba.assemble`: its own entry for the base rows and
@@ -53,7 +51,6 @@ class Topology:
     is_revolute: torch.Tensor
     is_prismatic: torch.Tensor
     link_body: torch.Tensor
-    dof_support: torch.Tensor
     subtrees: torch.Tensor
     mass_matrix_index: torch.Tensor
     has_revolute: bool
@@ -128,7 +125,6 @@ def _topology(parents: tuple, jtypes: tuple, body_dof: tuple, link_body: tuple, 
         is_revolute=torch.tensor([float(t == JointType.REVOLUTE) for t in jtypes], device=device, dtype=dtype),
         is_prismatic=torch.tensor([float(t == JointType.PRISMATIC) for t in jtypes], device=device, dtype=dtype),
         link_body=long(list(link_body)),
-        dof_support=torch.tensor(dof_support, device=device, dtype=dtype).reshape(n, n),
         subtrees=torch.tensor([[1.0] * nb] + [[anc[k][body_of_dof[a]] for k in range(nb)] for a in range(n)],
                               device=device, dtype=dtype),
         mass_matrix_index=long(index),
