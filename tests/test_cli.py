@@ -1,5 +1,6 @@
 """The ``torchrbd`` command line: every subcommand, through ``torchrbd.cli.main``."""
 
+import os
 import subprocess
 import sys
 
@@ -168,17 +169,21 @@ def test_bench_quick(capsys):
     code, out, _ = run(capsys, "bench", "--quick", "--no-adam")
     assert code == 0
     assert "mass_matrix" in out and "torchrbd" in out
-    assert "allocator tuned" not in out  # never changed unless asked
     code, out, _ = run(capsys, "bench", "--quick", "--no-adam", "--dtype", "both")
     assert code == 0 and "float32 speed-up" in out
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="mallopt is glibc's")
-def test_bench_tune_allocator_in_a_fresh_process():
-    code = "from torchrbd.cli import main; main(['bench', '--quick', '--tune-allocator'])"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+def test_bench_says_which_allocator_it_ran_with():
+    code = "from torchrbd.cli import main; main(['bench', '--quick'])"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "TORCHRBD_TUNE_MALLOC"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr
-    assert "allocator tuned (torchrbd.perf.tune_cpu_allocator)" in done.stdout
+    assert "glibc allocator tuned by torchrbd" in done.stdout
+    env["TORCHRBD_TUNE_MALLOC"] = "0"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "allocator: the process default" in done.stdout
 
 
 def test_console_script_entry_point():

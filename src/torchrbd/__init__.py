@@ -6,6 +6,7 @@ Drop-in for adam's PyTorch backend::
     from torchrbd import KinDynComputations
 """
 
+from . import perf
 from .algorithms.representation import Representations
 from .errors import (
     FrameNotFoundError,
@@ -19,6 +20,8 @@ from .kindyn import KinDynComputations, KinDynComputationsBatch
 from .model import Model
 
 __version__ = "0.1.0"
+
+perf.apply_default()  # glibc keeps freed pages for reuse; TORCHRBD_TUNE_MALLOC=0 opts out (see perf.py)
 
 __all__ = [
     "KinDynComputations", "KinDynComputationsBatch", "Representations", "Model",

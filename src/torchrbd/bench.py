@@ -178,19 +178,14 @@ def main(argv=None) -> list:
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--compile", action="store_true", help="also time the torch.compile'd path")
     ap.add_argument("--no-adam", action="store_true")
-    ap.add_argument("--tune-allocator", action="store_true",
-                    help="call torchrbd.perf.tune_cpu_allocator() first (keeps freed memory; see its docstring)")
     ap.add_argument("--quick", action="store_true", help="tiny run (embedded arm, B=8, 2 repeats)")
     args = ap.parse_args(argv)
     if args.quick:
         args.robot, args.batch, args.repeat, args.no_adam = "arm7", [8], 2, True
     if args.threads:
         torch.set_num_threads(args.threads)
-    tuned = False
-    if args.tune_allocator:
-        from .perf import tune_cpu_allocator
+    from .perf import allocator_tuned
 
-        tuned = tune_cpu_allocator()
     dtype = torch.float32 if args.dtype == "float32" else torch.float64
     device = torch.device(args.device)
     sync = torch.cuda.synchronize if device.type == "cuda" else None
@@ -204,7 +199,8 @@ def main(argv=None) -> list:
     print(
         f"machine: {platform.machine()} {platform.processor() or ''}, {os.cpu_count()} cores; "
         f"torch {torch.__version__}, {torch.get_num_threads()} threads"
-        + ("; allocator tuned (torchrbd.perf.tune_cpu_allocator)" if tuned else "")
+        + ("; glibc allocator tuned by torchrbd (TORCHRBD_TUNE_MALLOC=0 to compare)" if allocator_tuned()
+           else "; allocator: the process default")
     )
     rows = []
     for B in args.batch:
