@@ -1,6 +1,8 @@
 """The algorithms trace into single torch.compile graphs (no graph breaks), and the
 opt-in compiled facade gives the eager results."""
 
+import warnings
+
 import torch
 import torch._dynamo
 
@@ -53,3 +55,16 @@ def test_inductor_frame_kinematics_match_eager():
     torch.testing.assert_close(kc.forward_kinematics(frame, H, q), kd.forward_kinematics(frame, H, q),
                                rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(kc.jacobian(frame, H, q), kd.jacobian(frame, H, q), rtol=1e-12, atol=1e-12)
+
+
+def test_tracing_is_quiet():
+    """Compiling a fresh model's methods prints no warning (the cached topology and
+    chains are built directly while dynamo traces)."""
+    kd = torchrbd.models.load("arm7")
+    H, q, *_ = _inputs(kd, B=2)
+    torch._dynamo.reset()
+    kc = kd.compiled(backend="eager")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        kc.jacobian(kd.model.link_names[-1], H, q)
+        kc.mass_matrix(H, q)

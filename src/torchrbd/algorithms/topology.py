@@ -139,9 +139,8 @@ def topology(model: Model) -> Topology:
     if cached is not None:
         return cached
     ref = model.body_rot
-    topo = _topology(
-        model.body_parent, model.joint_type, model.body_dof, model.link_body, str(ref.device), ref.dtype
-    )
+    build = _uncached(_topology)
+    topo = build(model.body_parent, model.joint_type, model.body_dof, model.link_body, str(ref.device), ref.dtype)
     object.__setattr__(model, "_topology", topo)  # a model's device and dtype never change
     return topo
 
@@ -178,4 +177,10 @@ def _chain(parents: tuple, body_dof: tuple, body: int, device: str) -> Chain:
 
 def chain(model: Model, body: int) -> Chain:
     """The cached :class:`Chain` from the base to ``body`` on the model's device."""
-    return _chain(model.body_parent, model.body_dof, body, str(model.body_rot.device))
+    return _uncached(_chain)(model.body_parent, model.body_dof, body, str(model.body_rot.device))
+
+
+def _uncached(fn):
+    """``fn`` itself while ``torch.compile`` traces (dynamo skips an ``lru_cache`` anyway,
+    with a warning; the result is a constant of the graph), else its cached wrapper."""
+    return fn.__wrapped__ if torch.compiler.is_compiling() else fn
