@@ -88,6 +88,13 @@ def halves(x: torch.Tensor, dim: int = 1):
     return x.split_with_sizes([3, 3], dim)
 
 
+def pair(x: torch.Tensor) -> torch.Tensor:
+    """6-vectors (k, 6, B) as their two halves stacked, (k, 2, 3, B) (a view when x is
+    contiguous): ``cross(a[:, None], pair(x))`` crosses ``a`` with both halves in one
+    call, half the operators of two calls."""
+    return x.unflatten(1, (2, 3))
+
+
 def pieces(x: torch.Tensor, dim: int):
     """``x`` cut into its size-1 slices along ``dim`` (kept as a dimension of size 1):
     ``split(1, dim)`` without the Python wrapper of ``Tensor.split``."""

@@ -18,7 +18,7 @@ import torch
 
 from ..model.model import Model
 from ..spatial import matvec
-from .batchlast import cross, halves, mask_sum, mm, mv, transpose
+from .batchlast import cross, halves, mask_sum, mm, mv, pair, transpose
 from .topology import topology
 
 
@@ -33,9 +33,8 @@ class SpatialInertia:
     def apply(self, x: torch.Tensor) -> torch.Tensor:
         """I x for twists x (k, 6, B) -> momenta / forces (k, 6, B)."""
         xl, xa = halves(x)
-        lin = self.m[:, None] * xl - cross(self.h, xa)
-        ang = cross(self.h, xl) + mv(self.J, xa)
-        return torch.cat([lin, ang], 1)
+        h_xl, h_xa = cross(self.h[:, None], pair(x)).unbind(1)  # both halves in one product
+        return torch.cat([self.m[:, None] * xl - h_xa, h_xl + mv(self.J, xa)], 1)
 
     def subtree_sums(self, model: Model) -> "SpatialInertia":
         """Composite inertias (1+n rows): the whole robot's, then that of the subtree

@@ -10,22 +10,24 @@ from __future__ import annotations
 
 import torch
 
-from .batchlast import cross, halves, mask_sum
+from .batchlast import cross, halves, mask_sum, pair
 from .inertia import SpatialInertia
 from .kinematics import Kinematics, per_body
 from .topology import topology
 
 
 def motion_cross(V, m):
-    """``V x m`` for twists (k, 6, B)."""
-    (v, w), (ml, ma) = halves(V), halves(m)
-    return torch.cat([cross(w, ml) + cross(v, ma), cross(w, ma)], 1)
+    """``V x m = [w x m_l + v x m_a; w x m_a]`` for twists (k, 6, B)."""
+    (v, w), (_, ma) = halves(V), halves(m)
+    w_ml, w_ma = cross(w[:, None], pair(m)).unbind(1)
+    return torch.cat([w_ml + cross(v, ma), w_ma], 1)
 
 
 def force_cross(V, f):
-    """``V x* f`` for a twist and a wrench (k, 6, B)."""
-    (v, w), (fl, fa) = halves(V), halves(f)
-    return torch.cat([cross(w, fl), cross(w, fa) + cross(v, fl)], 1)
+    """``V x* f = [w x f_l; w x f_a + v x f_l]`` for a twist and a wrench (k, 6, B)."""
+    (v, w), (fl, _) = halves(V), halves(f)
+    w_fl, w_fa = cross(w[:, None], pair(f)).unbind(1)
+    return torch.cat([w_fl, w_fa + cross(v, fl)], 1)
 
 
 def body_velocities(model, kin: Kinematics, V0, qd):
