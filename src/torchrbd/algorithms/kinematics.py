@@ -146,8 +146,11 @@ def motion_subspaces(model: Model, R: torch.Tensor, p: torch.Tensor, bodies=slic
     topo = topology(model)
     axis = model.joint_axis[bodies][:, None, :, None]
     s = (R * axis).sum(-2)  # world axis (k, 3, B)
-    rev, pri = topo.is_revolute[bodies][:, None, None], topo.is_prismatic[bodies][:, None, None]
-    return torch.cat([cross(p, s) * rev + s * pri, s * rev], dim=1)
+    s_rev = s * topo.is_revolute[bodies][:, None, None]
+    lin = cross(p, s_rev)
+    if topo.has_prismatic:
+        lin = torch.addcmul(lin, s, topo.is_prismatic[bodies][:, None, None])
+    return torch.cat([lin, s_rev], dim=1)
 
 
 def chain_forward(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: torch.Tensor, body: int,
