@@ -57,9 +57,9 @@ def assemble(model, Mbb, F, S, T=None) -> torch.Tensor:
         top, right = torch.eye(6, dtype=S.dtype, device=S.device)[..., None].expand(6, 6, B), Mbb
     else:
         top, right = T.transpose(0, 1), matmul(Mbb, T)
-    left = torch.cat([top, S, S.new_zeros(1, 6, B)], 0)  # (N+1, 6, B)
-    right = torch.cat([right, F.transpose(0, 1)], 1)  # (6, N, B)
     if torch.compiler.is_compiling():
+        left = torch.cat([top, S, S.new_zeros(1, 6, B)], 0)  # (N+1, 6, B)
+        right = torch.cat([right, F.transpose(0, 1)], 1)  # (6, N, B)
         # inductor fuses a batch-last multiply-sum with a gather of whole rows; a bmm
         # on CPU would run one small product per matrix
         G = (left[:, :, None] * right[None]).sum(1)  # (N+1, N, B)
@@ -67,7 +67,10 @@ def assemble(model, Mbb, F, S, T=None) -> torch.Tensor:
             G.diagonal(0, 0, 1)[:, 6:].add_(model.armature)
         M = G.reshape((N + 1) * N, B).index_select(0, topo.mass_matrix_index)
         return M.reshape(N, N, B).permute(2, 0, 1)
-    G = torch.bmm(left.permute(2, 0, 1).contiguous(), right.permute(2, 0, 1).contiguous())  # (B, N+1, N)
+    # the concatenations write batch-first memory directly (no cat, then a transposing copy)
+    left = torch.cat([top.permute(2, 0, 1), S.permute(2, 0, 1), S.new_zeros(B, 1, 6)], 1)  # (B, N+1, 6)
+    right = torch.cat([right.permute(2, 0, 1), F.permute(2, 1, 0)], 2)  # (B, 6, N)
+    G = torch.bmm(left, right)  # (B, N+1, N)
     if model.has_armature:
         G.diagonal(0, 1, 2)[:, 6:].add_(model.armature)  # rotor inertia on the joints' diagonal
     index = topo.mass_matrix_index.expand(B, N * N)  # gather: several times faster than index_select on dim 1
