@@ -21,7 +21,6 @@ preloading jemalloc or tcmalloc.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import sys
 
@@ -37,11 +36,8 @@ def tune_cpu_allocator(mmap_threshold: int = 32 << 20, trim_threshold: int = 128
     global _tuned
     if not sys.platform.startswith("linux"):
         return False
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
     try:
-        mallopt = ctypes.CDLL(name).mallopt
+        mallopt = ctypes.CDLL(None).mallopt  # the C library's, already loaded (no library search)
     except (OSError, AttributeError):
         return False
     ok = bool(mallopt(_M_MMAP_THRESHOLD, int(mmap_threshold))) and bool(mallopt(_M_TRIM_THRESHOLD, int(trim_threshold)))
