@@ -106,6 +106,48 @@ def test_points_on_a_moving_plane_match_the_generic_kernel():
     torch.testing.assert_close(g_fast, g_ref, rtol=1e-12, atol=1e-12)
 
 
+def _generic_contacts(plan, R, p):
+    """Every group of ``plan`` through its batch-first kernels (no points-vs-plane fast
+    path), in contact order: (pos, normal, depth)."""
+    from torchrbd.sim import collision
+
+    Rg, pg = geom_poses(plan, R, p)
+    out = [], [], []
+    for g in plan.groups:
+        Ra, pa, Rb, pb = Rg[..., g.geom_a, :, :], pg[..., g.geom_a, :], Rg[..., g.geom_b, :, :], pg[..., g.geom_b, :]
+        parts = [collision._PARTS[part](g, Ra, pa, Rb, pb) for part in g.parts]
+        for i, x in enumerate(out):
+            x.append(torch.cat([o[i] for o in parts], -2 if i < 2 else -1).flatten(-3 if i < 2 else -2, -2 if i < 2 else -1))
+    return tuple(torch.cat(x, -2 if i < 2 else -1) for i, x in enumerate(out))
+
+
+def test_merged_plane_points_match_the_generic_kernels():
+    """detect runs the points-vs-plane groups of several shapes and planes (a static
+    ground and a tilted plane on a moving slot) as one batch-last block and puts them
+    back among the other groups' contacts: same contacts and gradients as the generic
+    kernels. A static sphere against the moving plane keeps the generic path."""
+    from torchrbd.sim import collision
+
+    tilted = CollisionGeom(geom(GeomType.PLANE, (), name="tilted"), 3, rotvec([0.2, -0.1, 0.0]), torch.tensor([0.1, 0.0, -0.05], **F64), entity=4)
+    world_ball = CollisionGeom(geom(GeomType.SPHERE, (0.08,), name="world_ball"), -1, I3, torch.tensor([0.5, 0.2, 0.1], **F64), entity=5)
+    gs = [CollisionGeom(BOX, 0, entity=1), ground_plane(), CollisionGeom(SPHERE, 1, entity=2),
+          CollisionGeom(CAPSULE, 2, rotvec([0.0, 0.7, 0.0]), torch.tensor([0.0, 0.1, 0.0], **F64), entity=3), tilted, world_ball]
+    plan = ContactPlan.build(gs)
+    assert plan.on_plane is not None and plan.order is not None and plan.on_plane.plane_geom.numel() == 2
+    assert len(plan.on_plane.groups) < len([g for g in plan.groups if collision._on_plane(g)])  # the static ball
+    g = torch.Generator().manual_seed(1)
+    R = torch.stack([rotvec(0.5 * torch.randn(3, generator=g, **F64)) for _ in range(5 * 4)]).reshape(5, 4, 3, 3)
+    p = (0.15 * torch.randn(5, 4, 3, generator=g, **F64)).requires_grad_(True)
+    c = detect(plan, R, p)
+    ref = _generic_contacts(plan, R, p)
+    for x, y in zip((c.pos, c.normal, c.depth), ref):
+        torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-12)
+    assert (c.depth > 0).any() and (c.depth < 0).any()
+    (g_fast,) = torch.autograd.grad((c.depth ** 2).sum() + (c.pos * c.normal).sum(), p)
+    (g_ref,) = torch.autograd.grad((ref[2] ** 2).sum() + (ref[0] * ref[1]).sum(), p)
+    torch.testing.assert_close(g_fast, g_ref, rtol=1e-12, atol=1e-12)
+
+
 def test_box_plane_rotated():
     th = 0.4  # about x: the lowest corners are at -(b sin + c cos)
     b, cz = 0.2, 0.3

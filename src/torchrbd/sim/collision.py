@@ -104,6 +104,7 @@ contact position does not move with the searched point (only with the poses).
 from __future__ import annotations
 
 import dataclasses
+import math
 import warnings
 from dataclasses import dataclass
 from typing import NamedTuple, Sequence
@@ -241,6 +242,9 @@ class ContactPlan:
     contact_slot_pair: torch.Tensor
     contact_friction: torch.Tensor
     n_slots: int  # poses given to detect need at least this many slots
+    on_plane: "_PlanePoints | None" = None  # the points-vs-plane contacts, see _PlanePoints
+    order: torch.Tensor | None = None  # K rows of [on_plane, other groups] -> contact order; None: same
+    has_static: bool = False  # some geom is static (slot -1)
 
     @property
     def n_contacts(self) -> int:
@@ -259,7 +263,8 @@ class ContactPlan:
             return self
         plan = _tensors_to(self, dtype, device)
         groups = tuple(g.to(dtype, device) for g in self.groups)
-        return dataclasses.replace(plan, groups=groups)
+        on_plane = None if self.on_plane is None else _tensors_to(self.on_plane, dtype, device)
+        return dataclasses.replace(plan, groups=groups, on_plane=on_plane)
 
     @classmethod
     def build(
@@ -299,11 +304,14 @@ class ContactPlan:
         slot_pair = torch.as_tensor(slot_pair, dtype=torch.long)
         rot = [(cg.geom.rot if cg.rot is None else cg.rot).to(**f64) for cg in geoms]
         pos = [(cg.geom.pos if cg.pos is None else cg.pos).to(**f64) for cg in geoms]
+        rot = torch.stack(rot) if geoms else torch.zeros(0, 3, 3, **f64)
+        pos = torch.stack(pos) if geoms else torch.zeros(0, 3, **f64)
+        on_plane = _PlanePoints.build([g for _, g in groups], slot, rot, pos)
         plan = cls(
             geom_names=tuple(cg.geom.name for cg in geoms),
             geom_slot=slot,
-            geom_rot=torch.stack(rot) if geoms else torch.zeros(0, 3, 3, **f64),
-            geom_pos=torch.stack(pos) if geoms else torch.zeros(0, 3, **f64),
+            geom_rot=rot,
+            geom_pos=pos,
             pair_geom=pair_geom,
             groups=tuple(g for _, g in groups),
             contact_slot_a=slot[pair_geom[c_pair, 0]],
@@ -312,8 +320,67 @@ class ContactPlan:
             contact_slot_pair=slot_pair[c_pair],
             contact_friction=pair_fric[c_pair],
             n_slots=int(slot.max()) + 1 if geoms else 0,
+            on_plane=on_plane,
+            order=_contact_order(on_plane, int(c_pair.shape[0])),
+            has_static=bool((slot < 0).any()),
         )
         return plan.to(dtype, device)
+
+
+@dataclass(frozen=True)
+class _PlanePoints:
+    """The contacts of the groups that test points of A against plane B (sphere,
+    capsule, box, mesh on a plane; all A geoms on slots), one per point, evaluated
+    together batch-last by :func:`_points_on_planes` (Kp contacts).
+
+    ``groups``: their indices in ``plan.groups``; ``index (Kp,)`` their rows among the
+    K contacts; ``slot (Kp,)`` the slot of A; ``point (Kp, 3)`` the point in that slot's
+    frame (``slot_H_geom`` applied) with radius ``radius (Kp,)``; ``plane (Kp,)`` which
+    of the ``plane_geom (Pl,)`` geoms it is tested against.
+    """
+
+    groups: tuple
+    index: torch.Tensor
+    slot: torch.Tensor
+    point: torch.Tensor
+    radius: torch.Tensor
+    plane: torch.Tensor
+    plane_geom: torch.Tensor
+
+    @classmethod
+    def build(cls, groups, geom_slot, geom_rot, geom_pos) -> "_PlanePoints | None":
+        """From the plan's groups and geom placements (float64); None when no group qualifies."""
+        first = torch.cumsum(torch.tensor([0] + [g.geom_a.shape[0] * g.per_pair() for g in groups]), 0)
+        chosen = [i for i, g in enumerate(groups) if _on_plane(g) and bool((geom_slot[g.geom_a] >= 0).all())]
+        if not chosen:
+            return None
+        index, geom, point, radius, plane = [], [], [], [], []
+        for i in chosen:
+            g = groups[i]
+            P, n = g.points_a.shape[:2]
+            index.append(torch.arange(int(first[i]), int(first[i + 1])))
+            ga = g.geom_a.repeat_interleave(n)
+            geom.append(ga)
+            x = g.points_a.reshape(P * n, 3)
+            point.append((geom_rot[ga] @ x[:, :, None])[..., 0] + geom_pos[ga])
+            radius.append(g.radius_a.repeat_interleave(n))
+            plane.append(g.geom_b.repeat_interleave(n))
+        plane_geom, plane = torch.unique(torch.cat(plane), return_inverse=True)
+        return cls(tuple(chosen), torch.cat(index), geom_slot[torch.cat(geom)], torch.cat(point), torch.cat(radius),
+                   plane, plane_geom)
+
+
+def _contact_order(on_plane: "_PlanePoints | None", K: int) -> torch.Tensor | None:
+    """The ``order`` of :class:`ContactPlan`: rows of ``cat([on-plane contacts, the other
+    groups' contacts])`` in contact order, None when that is already the order."""
+    if on_plane is None:
+        return None
+    rest = torch.ones(K, dtype=torch.bool)
+    rest[on_plane.index] = False
+    stacked = torch.cat([on_plane.index, rest.nonzero()[:, 0]])
+    if torch.equal(stacked, torch.arange(K)):
+        return None
+    return torch.argsort(stacked)
 
 
 def _candidate_pairs(geoms, exclude: set, self_collision: bool, slot_parent, filter_parent: bool) -> list:
@@ -942,42 +1009,72 @@ def _on_plane(g: _PairGroup) -> bool:
     return g.type_b == GeomType.PLANE and g.parts == ("a_points",)
 
 
-def _geom_poses_last(plan: ContactPlan, R: torch.Tensor, p: torch.Tensor):
-    """World poses of every geom, batch-last with the leading dims flattened:
-    ``(R (G, 3, 3, N), p (G, 3, N))`` from ``R (..., S, 3, 3)``, ``p (..., S, 3)``.
-    Batch-last, every product is a long contiguous row (batch-first 3x3 products are
-    thousands of tiny matmuls)."""
-    S = R.shape[-3]
-    R_last = R.reshape(-1, S, 3, 3).permute(1, 2, 3, 0).contiguous()
-    p_last = p.reshape(-1, S, 3).permute(1, 2, 0).contiguous()
-    idx = plan.geom_slot.clamp(min=0)
-    Rs, ps = R_last.index_select(0, idx), p_last.index_select(0, idx)  # (G, 3, 3, N), (G, 3, N)
-    rot, pos = plan.geom_rot[..., None], plan.geom_pos[..., None]
+def _geom_poses_last(plan: ContactPlan, R: torch.Tensor, p: torch.Tensor, geoms: torch.Tensor | None = None):
+    """World poses of the geoms ``geoms`` (default: all), batch-last: ``(R (G, 3, 3, N),
+    p (G, 3, N))`` from slot poses ``R (S, 3, 3, N)``, ``p (S, 3, N)``. Batch-last, every
+    product is a long contiguous row (batch-first 3x3 products are thousands of tiny matmuls)."""
+    slot = plan.geom_slot if geoms is None else plan.geom_slot.index_select(0, geoms)
+    rot = plan.geom_rot if geoms is None else plan.geom_rot.index_select(0, geoms)
+    pos = plan.geom_pos if geoms is None else plan.geom_pos.index_select(0, geoms)
+    if R.shape[0] == 0:  # only static geoms
+        return rot[..., None].expand(rot.shape + R.shape[-1:]), pos[..., None].expand(pos.shape + R.shape[-1:])
+    idx = slot.clamp(min=0)
+    Rs, ps = R.index_select(0, idx), p.index_select(0, idx)  # (G, 3, 3, N), (G, 3, N)
+    rot, pos = rot[..., None], pos[..., None]
     Rw = Rs[:, :, 0:1] * rot[:, None, 0] + Rs[:, :, 1:2] * rot[:, None, 1] + Rs[:, :, 2:3] * rot[:, None, 2]
     pw = ps + Rs[:, :, 0] * pos[:, None, 0] + Rs[:, :, 1] * pos[:, None, 1] + Rs[:, :, 2] * pos[:, None, 2]
-    static = plan.geom_slot < 0
-    if bool(static.any()):
+    if plan.has_static:
+        static = slot < 0
         Rw = torch.where(static[:, None, None, None], rot, Rw)
         pw = torch.where(static[:, None, None], pos, pw)
     return Rw, pw
 
 
-def _points_on_plane(g: _PairGroup, Rg, pg):
-    """The ``a_points`` part against plane B, batch-last inside: world ``(pos (N, K_g, 3),
-    normal (N, K_g, 3), depth (N, K_g))`` (batch-first, leading dims flattened to N).
-    Same result as :func:`_points_vs` with the plane's SDF: the height along its normal."""
-    Ra, pa = Rg.index_select(0, g.geom_a), pg.index_select(0, g.geom_a)  # (P, 3, 3, N), (P, 3, N)
-    normal = Rg.index_select(0, g.geom_b)[:, None, :, 2]  # plane z axis (P, 1, 3, N)
-    x = g.points_a[..., None]  # (P, n, 3, 1)
-    xw = pa[:, None] + x[:, :, 0:1] * Ra[:, None, :, 0] + x[:, :, 1:2] * Ra[:, None, :, 1] + x[:, :, 2:3] * Ra[:, None, :, 2]
-    d = xw - pg.index_select(0, g.geom_b)[:, None]
-    height = d[:, :, 0] * normal[:, :, 0] + d[:, :, 1] * normal[:, :, 1] + d[:, :, 2] * normal[:, :, 2]  # (P, n, N)
-    radius = g.radius_a[:, None, None]
-    pos = xw - normal * ((radius + height) / 2)[:, :, None]
-    P, n, N = height.shape
-    normal = normal.expand(P, n, 3, N)
-    return (pos.permute(3, 0, 1, 2).reshape(N, P * n, 3), normal.permute(3, 0, 1, 2).reshape(N, P * n, 3),
-            (radius - height).permute(2, 0, 1).reshape(N, P * n))
+def _points_on_planes(plan: ContactPlan, R: torch.Tensor, p: torch.Tensor):
+    """The contacts of ``plan.on_plane`` (Kp) at slot poses ``R (S, 3, 3, N)``,
+    ``p (S, 3, N)``: world ``(pos (Kp, 3, N), normal (Kp, 3, N), depth (Kp, N))``. Same
+    result as :func:`_points_vs` with the plane's SDF: the height along its normal."""
+    pp = plan.on_plane
+    Rs, x = R.index_select(0, pp.slot), p.index_select(0, pp.slot)  # (Kp, 3, 3, N), (Kp, 3, N)
+    for column, coordinate in zip(Rs.unbind(2), pp.point[:, :, None, None].unbind(1)):
+        x = torch.addcmul(x, column, coordinate)  # world point p + R point
+    R_plane, origin = _geom_poses_last(plan, R, p, pp.plane_geom)
+    normal = R_plane[:, :, 2]  # the plane's z axis (Pl, 3, N)
+    if normal.shape[0] > 1:
+        normal, origin = normal.index_select(0, pp.plane), origin.index_select(0, pp.plane)
+    height = ((x - origin) * normal).sum(1)  # (Kp, N)
+    radius = pp.radius[:, None]
+    pos = x - normal * ((radius + height) / 2)[:, None]
+    return pos, normal.expand_as(pos), radius - height
+
+
+def detect_last(plan: ContactPlan, R: torch.Tensor, p: torch.Tensor):
+    """:func:`detect` batch-last: the K contacts ``(pos (K, 3, N), normal (K, 3, N),
+    depth (K, N))`` at slot poses ``R (S, 3, 3, N)``, ``p (S, 3, N)`` (the layout of
+    :mod:`torchrbd.algorithms`). The points-vs-plane groups run batch-last; the other
+    kernels batch-first, on views of the same geom poses."""
+    if R.shape[0] < plan.n_slots:
+        raise ValueError(f"detect: poses have {R.shape[0]} slots, the plan needs at least {plan.n_slots}")
+    plan = plan.to(R.dtype, R.device)
+    N = R.shape[-1]
+    parts = [_points_on_planes(plan, R, p)] if plan.on_plane is not None else []
+    done = () if plan.on_plane is None else plan.on_plane.groups
+    others = [g for i, g in enumerate(plan.groups) if i not in done]
+    if others:
+        Rg, pg = _geom_poses_last(plan, R, p)
+        Rg, pg = Rg.permute(3, 0, 1, 2), pg.permute(2, 0, 1)  # batch-first views (N, G, ...)
+    for g in others:
+        Ra, pa, Rb, pb = Rg[:, g.geom_a], pg[:, g.geom_a], Rg[:, g.geom_b], pg[:, g.geom_b]
+        outs = [_PARTS[part](g, Ra, pa, Rb, pb) for part in g.parts]  # each (N, P, n, 3|3|-)
+        k = g.geom_a.shape[0] * g.per_pair()
+        parts.append(tuple(torch.cat([o[i] for o in outs], -2 if i < 2 else -1).reshape((N, k, 3) if i < 2 else (N, k))
+                           .movedim(0, -1) for i in range(3)))
+    if not parts:
+        return R.new_zeros(0, 3, N), R.new_zeros(0, 3, N), R.new_zeros(0, N)
+    out = parts[0] if len(parts) == 1 else tuple(torch.cat(x, 0) for x in zip(*parts))
+    if plan.order is not None:
+        out = tuple(x.index_select(0, plan.order) for x in out)
+    return out
 
 
 def detect(plan: ContactPlan, R: torch.Tensor, p: torch.Tensor) -> Contacts:
@@ -989,30 +1086,22 @@ def detect(plan: ContactPlan, R: torch.Tensor, p: torch.Tensor) -> Contacts:
     """
     if R.shape[-3] < plan.n_slots:
         raise ValueError(f"detect: poses have {R.shape[-3]} slots, the plan needs at least {plan.n_slots}")
-    plan = plan.to(R.dtype, R.device)
     batch = torch.broadcast_shapes(R.shape[:-3], p.shape[:-2])
-    fast = [_on_plane(g) and R.shape[-3] > 0 for g in plan.groups]
-    if any(fast):
-        poses_last = _geom_poses_last(plan, R.expand(batch + R.shape[-3:]), p.expand(batch + p.shape[-2:]))
-    if not all(fast):
-        Rg, pg = geom_poses(plan, R, p)
-    pos, normal, depth = [R.new_zeros(batch + (0, 3))], [R.new_zeros(batch + (0, 3))], [R.new_zeros(batch + (0,))]
-    for g, on_plane in zip(plan.groups, fast):
-        k = g.geom_a.shape[0] * g.per_pair()
-        if on_plane:
-            for out, x in zip((pos, normal, depth), _points_on_plane(g, *poses_last)):
-                out.append(x.reshape(batch + x.shape[1:]))
-            continue
-        Ra, pa = Rg[..., g.geom_a, :, :], pg[..., g.geom_a, :]
-        Rb, pb = Rg[..., g.geom_b, :, :], pg[..., g.geom_b, :]
-        outs = [_PARTS[part](g, Ra, pa, Rb, pb) for part in g.parts]  # each (..., P, n, 3|3|-)
-        pos.append(torch.cat([o[0] for o in outs], -2).reshape(batch + (k, 3)))
-        normal.append(torch.cat([o[1] for o in outs], -2).reshape(batch + (k, 3)))
-        depth.append(torch.cat([o[2] for o in outs], -1).reshape(batch + (k,)))
+    N, S = math.prod(batch), R.shape[-3]
+    R_last = R.expand(batch + R.shape[-3:]).reshape(N, S, 3, 3).permute(1, 2, 3, 0).contiguous()
+    p_last = p.expand(batch + p.shape[-2:]).reshape(N, S, 3).permute(1, 2, 0).contiguous()
+    pos, normal, depth = detect_last(plan, R_last, p_last)
+    return contacts_first(plan, pos, normal, depth, batch)
+
+
+def contacts_first(plan: ContactPlan, pos, normal, depth, batch=None) -> Contacts:
+    """:class:`Contacts` (views, batch-first) of the batch-last output of :func:`detect_last`;
+    ``batch``: the leading dims to unflatten N into (default: ``(N,)``)."""
+    batch = tuple(depth.shape[-1:] if batch is None else batch)
     return Contacts(
-        pos=torch.cat(pos, -2),
-        normal=torch.cat(normal, -2),
-        depth=torch.cat(depth, -1),
+        pos=pos.movedim(-1, 0).reshape(batch + pos.shape[:1] + (3,)),
+        normal=normal.movedim(-1, 0).reshape(batch + pos.shape[:1] + (3,)),
+        depth=depth.movedim(-1, 0).reshape(batch + depth.shape[:1]),
         slot_a=plan.contact_slot_a,
         slot_b=plan.contact_slot_b,
         friction=plan.contact_friction,

@@ -130,6 +130,11 @@ def contact_mass(contacts: Contacts, slot_mass: torch.Tensor) -> torch.Tensor:
     the mass the contact has to hold up, such as the whole robot's for its feet).
     Returns (..., K).
     """
+    return pair_mass(contacts.slot_a, contacts.slot_b, slot_mass)
+
+
+def pair_mass(slot_a: torch.Tensor, slot_b: torch.Tensor, slot_mass: torch.Tensor) -> torch.Tensor:
+    """:func:`contact_mass` of the contacts between slots ``slot_a, slot_b (K,)`` (-1: world)."""
     inv = 1.0 / slot_mass
 
     def inverse(slot):
@@ -138,7 +143,7 @@ def contact_mass(contacts: Contacts, slot_mass: torch.Tensor) -> torch.Tensor:
         x = inv[..., slot.clamp(min=0)]
         return torch.where(slot >= 0, x, torch.zeros_like(x))
 
-    return 1.0 / (inverse(contacts.slot_a) + inverse(contacts.slot_b))
+    return 1.0 / (inverse(slot_a) + inverse(slot_b))
 
 
 def smooth_relu(depth: torch.Tensor, margin):
@@ -179,27 +184,43 @@ def contact_forces_and_gains(
     of regularised Coulomb friction (``f_t = -c_t v_t``).
     """
     m = params.mass if mass is None else mass
-    n = contacts.normal
-    v = vel_a - vel_b
-    vn = (v * n).sum(-1)
-    vt = v - vn[..., None] * n
-    s, ds = smooth_relu(contacts.depth, params.margin)
-    k = m / (params.timeconst * params.dampratio) ** 2
-    c = 2.0 * m / params.timeconst
+    return contact_law(contacts.depth, contacts.normal, vel_a - vel_b, contacts.friction, contacts.slot_pair, m, params)
+
+
+def contact_law(depth, normal, v, friction, slot_pair, mass, params: ContactParams, dim: int = -1, n_pairs: int | None = None):
+    """:func:`contact_forces_and_gains` on plain tensors, in either layout: the xyz axis
+    of ``normal`` and of the relative velocity ``v = vel_a - vel_b`` is ``dim`` (-1:
+    batch-first ``(..., K, 3)``; 1: batch-last ``(K, 3, B)``), and ``depth``, ``friction``,
+    ``mass`` are laid out as the vectors without that axis (batch-first ``(..., K)`` and
+    ``(K,)``; batch-last ``(K, B)`` and ``(K, 1)``). ``slot_pair (K,)``: see
+    :class:`~torchrbd.sim.collision.Contacts`, numbers below ``n_pairs`` (default K)."""
+    n = normal
+    vn = (v * n).sum(dim)
+    vt = v - vn.unsqueeze(dim) * n
+    s, ds = smooth_relu(depth, params.margin)
+    k = mass / (params.timeconst * params.dampratio) ** 2
+    c = 2.0 * mass / params.timeconst
     fn = k * s - c * vn * ds
     if params.shared:
-        weight = shared_weight(contacts, s, params)
+        weight = _shared_weight(s, slot_pair, params, 0 if dim >= 0 else -1, n_pairs)  # the K axis
         fn, ds = fn * weight, ds * weight
     fn = fn.clamp(min=0.0)
-    c_t = contacts.friction * fn / torch.sqrt((vt * vt).sum(-1) + params.friction_vel**2)
+    c_t = friction * fn / torch.sqrt((vt * vt).sum(dim) + params.friction_vel**2)
     c_n = torch.where(fn > 0, c * ds, torch.zeros_like(fn))
-    return fn[..., None] * n - c_t[..., None] * vt, c_n, c_t
+    return fn.unsqueeze(dim) * n - c_t.unsqueeze(dim) * vt, c_n, c_t
 
 
 def shared_weight(contacts: Contacts, s: torch.Tensor, params: ContactParams) -> torch.Tensor:
     """(..., K) weight ``s_i / sum_j s_j`` over the contacts between the same two slots,
     so that they act as one constraint; ``s`` is :func:`smooth_relu` of the depths."""
-    total = s.new_zeros(s.shape).index_add(-1, contacts.slot_pair, s)[..., contacts.slot_pair]
+    return _shared_weight(s, contacts.slot_pair, params, -1)
+
+
+def _shared_weight(s, slot_pair, params: ContactParams, dim: int, n_pairs: int | None = None):
+    """:func:`shared_weight` with the contacts along ``dim`` of ``s``."""
+    shape = list(s.shape)
+    shape[dim] = s.shape[dim] if n_pairs is None else n_pairs
+    total = s.new_zeros(shape).index_add(dim, slot_pair, s).index_select(dim, slot_pair)
     return s / torch.clamp(total, min=_SHARE_FLOOR * params.margin)
 
 
