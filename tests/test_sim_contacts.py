@@ -267,6 +267,50 @@ def test_euler_acceleration_folds_the_contact_terms_into_the_mass_matrix():
     torch.testing.assert_close(acc.detach(), torch.linalg.solve(M, tau - bias).detach(), rtol=1e-9, atol=1e-9)
 
 
+def test_two_moving_bodies_match_the_batch_first_contact_law():
+    """A ball pressed into a box resting on the floor, both moving, two environments: the
+    stage's contacts and forces (batch-last, only the contacts within the margin) equal
+    contact.contact_wrenches on the slot poses; each body's generalized force is its
+    wrench; with friction 0 its damping is minus the derivative by its own velocity
+    (the coupling to the other moving body stays explicit)."""
+    from torchrbd.sim.contact import contact_wrenches
+    from torchrbd.spatial import quat_to_matrix
+
+    scene = _scene(dt=1e-3)
+    mat = gs.materials.Rigid(friction=0.0)
+    box = scene.add_entity(gs.morphs.Box(size=(0.2, 0.1, 0.1), pos=(0, 0, 0.045), euler=(3, -2, 10)), material=mat)
+    ball = scene.add_entity(gs.morphs.Sphere(radius=0.05, pos=(0.02, 0.01, 0.13)), material=mat)
+    scene.add_entity(gs.morphs.Plane(), material=mat)
+    scene.build(n_envs=2)
+    g = torch.Generator().manual_seed(4)
+    box.set_dofs_velocity(0.3 * torch.randn(2, 6, generator=g, dtype=torch.float64))
+    ball.set_dofs_velocity(0.3 * torch.randn(2, 6, generator=g, dtype=torch.float64))
+    ents = scene._dynamic()
+    qpos = [e._qpos.detach() for e in ents]
+    vel = [e._vel.detach().clone().requires_grad_(True) for e in ents]
+    res = scene._contact_terms([e._statics() for e in ents], [e._control() for e in ents], list(zip(qpos, vel)), True)
+
+    R = torch.stack([quat_to_matrix(q[:, 3:7]) for q in qpos] + [torch.eye(3, dtype=torch.float64).expand(2, 3, 3)], 1)
+    p = torch.stack([q[:, :3] for q in qpos] + [torch.zeros(2, 3, dtype=torch.float64)], 1)
+    w = torch.stack([v[:, 3:6] for v in vel] + [torch.zeros(2, 3, dtype=torch.float64)], 1)
+    v_origin = torch.stack([v[:, :3] for v in vel] + [torch.zeros(2, 3, dtype=torch.float64)], 1) - torch.linalg.cross(w, p)
+    mass = torch.stack([e._kd.model.link_mass.sum() for e in ents] + [torch.tensor(torch.inf, dtype=torch.float64)])
+    stage = scene._contact_stage
+    wrench, contacts, forces = contact_wrenches(stage.plan, R, p, v_origin, w, stage.params, mass)
+    near = (contacts.depth >= -stage.params.margin).any(0)
+    assert 0 < near.sum() < stage.n_contacts and (contacts.depth[:, stage.entity_b == ball.idx] > 0).all()
+    for x, y in ((res.contacts.pos, contacts.pos), (res.contacts.depth, contacts.depth), (res.forces, forces)):
+        torch.testing.assert_close(x.detach(), y.detach(), rtol=1e-12, atol=1e-12)
+    for d, e in enumerate(ents):
+        F, tau_origin = wrench[:, d, :3], wrench[:, d, 3:]
+        expected = torch.cat([F, tau_origin - torch.linalg.cross(p[:, d], F)], -1)  # torque about the body origin
+        torch.testing.assert_close(res.generalized[d].detach(), expected.detach(), rtol=1e-12, atol=1e-12)
+        for env in range(2):
+            rows = [torch.autograd.grad(res.generalized[d][env, i], vel[d], retain_graph=True)[0][env] for i in range(6)]
+            torch.testing.assert_close(res.damping[d][env].detach(), -torch.stack(rows), rtol=1e-9, atol=1e-9)
+    assert res.damping[1].abs().max() > 100
+
+
 def test_damping_parameters_give_p_transpose_d_p():
     g = torch.Generator().manual_seed(0)
     r, n = torch.randn(5, 3, 2, generator=g, dtype=torch.float64), torch.randn(5, 3, 2, generator=g, dtype=torch.float64)

@@ -72,15 +72,25 @@ velocity). RK4 uses the forces explicitly.
 (``P^T P`` is the spatial inertia of a unit point mass at ``r``), and then
 ``J^T D J = [[Lambda, Lambda_j S_j], [., S_a . Lambda_b S_b]]`` with ``Lambda`` the sum
 over all contacts and ``Lambda_j`` over those moved by ``j`` (``a`` supporting ``b``), as
-with composite inertias. ``Lambda`` is linear in 32 parameters per contact, which are
-summed over the subtrees in the same matmul as the wrenches; the Euler step folds the
-result into the CRBA's base block and coupling rows (:func:`dynamics.mass_matrix_and_bias`).
+with composite inertias. The contacts' ``Lambda`` (36 entries each) are summed over the
+subtrees in the same matmul as the wrenches, and ``[W_j^T; Lambda_j] S_j`` gives the joint
+force and the row ``Lambda_j S_j`` in one product; the Euler step folds the result into
+the CRBA's base block and coupling rows (:func:`dynamics.mass_matrix_and_bias`).
+
+Layout
+------
+The whole stage runs batch-last, the layout of :mod:`torchrbd.algorithms` and of the
+stage kinematics: slot poses ``(S, 3, 3, B)``, contacts ``(K, 3, B)``
+(:func:`~torchrbd.sim.collision.detect_last`), and the law only on the K' contacts within
+the margin in some environment (:class:`_Near`). The batch-first ``contacts`` and
+``forces`` of a :class:`StageResult` are views made on first use (reporting).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import torch
@@ -89,11 +99,11 @@ from .. import algorithms as alg
 from ..errors import ModelError
 from ..model.mjcf import WORLD
 from ..model.model import GeomType
-from ..algorithms.batchlast import cross
+from ..algorithms.batchlast import cross, mask_sum
 from ..spatial import quat_to_matrix
 from . import dynamics as dyn
-from .collision import CollisionGeom, ContactPlan, Contacts, detect, geoms_from_model, model_slot_parent
-from .contact import ContactParams, contact_forces_and_gains, contact_mass, contact_velocities
+from .collision import CollisionGeom, ContactPlan, Contacts, contacts_first, detect_last, geoms_from_model, model_slot_parent
+from .contact import ContactParams, contact_law, pair_mass
 from .morphs import MJCF
 
 
@@ -118,17 +128,49 @@ class _Member:
 
 
 @dataclass(frozen=True)
+class _Near:
+    """The contacts within the margin (``depth >= -margin``) in some environment, K' of
+    the K, batch-last: ``index (K',)`` their rows among the K (None: all of them);
+    ``pos, normal (K', 3, B)``; the law's ``forces (K', 3, B)`` (on shape A) and gains
+    ``c_n, c_t (K', B)``; ``row (K,)`` the row of each contact among the K' (-1 if not
+    near; None: all); ``pushing (K,)`` the force is nonzero in some environment."""
+
+    index: torch.Tensor | None
+    row: torch.Tensor | None
+    pos: torch.Tensor
+    normal: torch.Tensor
+    forces: torch.Tensor
+    c_n: torch.Tensor
+    c_t: torch.Tensor
+    pushing: torch.Tensor
+
+
+@dataclass(frozen=True)
 class StageResult:
     """One evaluation of the contact stage.
 
     ``contacts``/``forces (B, K, 3)`` as :func:`~torchrbd.sim.contact.contact_forces`
-    (force on shape A); ``loads[d]``: the :class:`~torchrbd.sim.dynamics.ContactLoad` on
-    dynamic entity ``d`` (None when no contact acts on it).
+    (force on shape A; batch-first views, made on first use); ``loads[d]``: the
+    :class:`~torchrbd.sim.dynamics.ContactLoad` on dynamic entity ``d`` (None when no
+    contact acts on it). ``detected``: the batch-last contacts of
+    :func:`~torchrbd.sim.collision.detect_last`.
     """
 
-    contacts: Contacts
-    forces: torch.Tensor
     loads: list
+    plan: ContactPlan
+    detected: tuple
+    near: _Near
+
+    @cached_property
+    def contacts(self) -> Contacts:
+        return contacts_first(self.plan, *self.detected)
+
+    @cached_property
+    def forces(self) -> torch.Tensor:
+        f = self.near.forces
+        if self.near.index is not None:
+            f = f.new_zeros(self.detected[0].shape).index_copy(0, self.near.index, f)
+        return f.movedim(-1, 0)
 
     @property
     def generalized(self) -> list:
@@ -159,7 +201,10 @@ class ContactStage:
     link_b: tuple
     entity_a: torch.Tensor
     entity_b: torch.Tensor
+    twist_row: tuple  # (row_a, row_b) (K,) long: see _twist_rows; row_b None when no shape B moves
+    n_slot_pairs: int
     _pose_cache: dict = field(default_factory=dict, compare=False, repr=False)
+    _mass_cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def n_contacts(self) -> int:
@@ -229,18 +274,21 @@ class ContactStage:
         pair = plan.pair_geom[plan.contact_pair].tolist()
         ent = [cg.entity for cg in geoms]
         ent = [x if x >= 0 else -1 for x in ent]  # world geoms: the static world
+        row = _twist_rows(out, len(parents))
         return cls(
             plan=plan, params=params, members=tuple(out), n_slots=len(parents),
             geom_a=tuple(plan.geom_names[a] for a, _ in pair), geom_b=tuple(plan.geom_names[b] for _, b in pair),
             link_a=tuple(links[a] for a, _ in pair), link_b=tuple(links[b] for _, b in pair),
             entity_a=torch.tensor([ent[a] for a, _ in pair], **long),
             entity_b=torch.tensor([ent[b] for _, b in pair], **long),
+            twist_row=_contact_twist_rows(row, sa, sb, long),
+            n_slot_pairs=int(plan.contact_slot_pair.max()) + 1 if plan.n_contacts else 0,
         )
 
     # ------------------------------------------------------------ one stage
     def evaluate(self, scene, statics, ctrls, state, implicit: bool, kinematics=None) -> StageResult:
         """Contacts, forces and the :class:`~torchrbd.sim.dynamics.ContactLoad` of every
-        dynamic entity at ``state``.
+        dynamic entity at ``state``, batch-last throughout.
 
         ``statics``/``ctrls``/``state``: per dynamic entity (``scene._dynamic()``
         order), as the integrators pass them; ``implicit``: also the damping of the
@@ -249,47 +297,96 @@ class ContactStage:
         """
         if kinematics is None:
             kinematics = [dyn.stage_kinematics(*a, *x) for a, x in zip(zip(statics, ctrls), state)]
-        B = scene._B
-        poses, vels, masses = [], [], []
-        for m in self.members:
-            if m.dynamic < 0:
-                R, p = self._immovable_pose(scene.entities[m.entity], B)
-                zero = torch.zeros_like(p)
-                poses.append((R, p))
-                vels.append((zero, zero))
-                masses.append(torch.full((1,), torch.inf, dtype=p.dtype, device=p.device))
-                continue
-            st, sk = statics[m.dynamic], kinematics[m.dynamic]
-            R, p, v_origin, w = _slot_states(sk)
-            poses.append((R, p))
-            vels.append((v_origin, w))
-            total = st.kd.model.link_mass.sum()
-            if st.floating:
-                masses.append(total.expand(m.nbody))
-            else:  # the root body of a fixed base is immovable
-                masses.append(torch.cat([torch.full((1,), torch.inf, dtype=p.dtype, device=p.device),
-                                         total.expand(m.nbody - 1)]))
-        R = torch.cat([x[0] for x in poses], 1)
-        p = torch.cat([x[1] for x in poses], 1)
-        contacts = detect(self.plan, R, p)
-        v_origin, w = (torch.cat([v[i] for v in vels], 1) for i in (0, 1))
-        forces, c_n, c_t, pushing = _near_contact_forces(contacts, v_origin, w, torch.cat(masses), self.params)
-        coeffs = (c_n, c_t) if implicit else None
+        R, p, twists = self._slots(scene, kinematics)
+        detected = detect_last(self.plan, R, p)
+        near = self._near(detected, twists, self._contact_mass(statics))
         loads = [None] * len(statics)
         for m in self.members:
             if m.dynamic >= 0 and m.contact.numel():
-                loads[m.dynamic] = _entity_load(m, statics[m.dynamic].floating, kinematics[m.dynamic],
-                                                contacts, forces, coeffs, pushing)
-        return StageResult(contacts, forces, loads)
+                loads[m.dynamic] = _entity_load(m, statics[m.dynamic].floating, kinematics[m.dynamic], near, implicit)
+        return StageResult(loads, self.plan, detected, near)
 
-    def _immovable_pose(self, entity, B: int):
-        """``R (B, 1, 3, 3)``, ``p (B, 1, 3)`` of an entity without dofs, cached while its
-        base pose tensor stays the same object (setters and ``reset`` replace it)."""
+    def _slots(self, scene, kinematics):
+        """Batch-last world poses of all slots, ``R (S, 3, 3, B)``, ``p (S, 3, B)``, and
+        the twists about the world origin ``[v_origin; w] (S', 6, B)`` of the S' slots of
+        the dynamic entities (rows: see ``twist_row``)."""
+        B = scene._B
+        Rs, ps, twists = [], [], []
+        for m in self.members:
+            if m.dynamic < 0:
+                R, p = self._immovable_pose(scene.entities[m.entity])
+                Rs.append(R.expand(1, 3, 3, B))
+                ps.append(p.expand(1, 3, B))
+                continue
+            R, p, twist = _slot_states(kinematics[m.dynamic])
+            Rs.append(R)
+            ps.append(p)
+            twists.append(twist)
+        return _cat(Rs), _cat(ps), _cat(twists) if twists else None
+
+    def _near(self, detected, twists, mass) -> _Near:
+        """The contact law on the contacts within the margin (see :class:`_Near`): they
+        alone can push. The others give exactly zero (value and gradient: the smoothed
+        ReLU and its slope are 0 there)."""
+        pos, normal, depth = detected
+        plan, K = self.plan, depth.shape[0]
+        index = (depth >= -self.params.margin).any(1).nonzero()[:, 0]
+        row = None
+        if index.numel() == K:
+            index = None
+        else:
+            row = torch.full((K,), -1, dtype=index.dtype, device=index.device)
+            row = row.index_copy(0, index, torch.arange(index.numel(), device=index.device))
+        pick = (lambda x: x) if index is None else (lambda x: x.index_select(0, index))  # noqa: E731
+        pos, normal, depth = pick(pos), pick(normal), pick(depth)
+        forces, c_n, c_t = contact_law(
+            depth, normal, _relative_velocity(twists, *(r if r is None else pick(r) for r in self.twist_row), pos), pick(plan.contact_friction)[:, None],
+            pick(plan.contact_slot_pair), pick(mass)[:, None], self.params, dim=1, n_pairs=self.n_slot_pairs,
+        )
+        pushing = c_n.ne(0).any(1)  # c_n > 0 exactly where the normal force is
+        if index is not None:
+            pushing = pushing.new_zeros(K).index_copy(0, index, pushing)
+        return _Near(index, row, pos, normal, forces, c_n, c_t, pushing)
+
+    def _contact_mass(self, statics) -> torch.Tensor:
+        """(K,) effective mass of every contact (see the module docstring), kept while the
+        entities' ``link_mass`` tensors stay the same objects and need no gradient."""
+        masses = [statics[m.dynamic].kd.model.link_mass if m.dynamic >= 0 else None for m in self.members]
+        key = tuple(id(x) for x in masses)
+        hit = self._mass_cache.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], masses)):
+            return hit[1]
+        out = pair_mass(self.plan.contact_slot_a, self.plan.contact_slot_b, self._slot_mass(statics))
+        if not any(x is not None and x.requires_grad for x in masses):
+            self._mass_cache.clear()
+            self._mass_cache[key] = (masses, out)
+        return out
+
+    def _slot_mass(self, statics) -> torch.Tensor:
+        """(S,) the mass of each slot: its entity's total mass, infinite when immovable."""
+        t = dict(dtype=self.plan.geom_rot.dtype, device=self.plan.geom_rot.device)
+        out = []
+        for m in self.members:
+            if m.dynamic < 0:
+                out.append(torch.full((1,), torch.inf, **t))
+                continue
+            st = statics[m.dynamic]
+            total = st.kd.model.link_mass.sum().to(**t)
+            if st.floating:
+                out.append(total.expand(m.nbody))
+            else:  # the root body of a fixed base is immovable
+                out += [torch.full((1,), torch.inf, **t), total.expand(m.nbody - 1)]
+        return torch.cat(out)
+
+    def _immovable_pose(self, entity):
+        """``R (1, 3, 3, b)``, ``p (1, 3, b)`` (batch-last, ``b`` 1 or B) of an entity
+        without dofs, cached while its base pose tensor stays the same object (setters
+        and ``reset`` replace it)."""
         key = (entity.idx, torch.is_grad_enabled())
         hit = self._pose_cache.get(key)
         if hit is None or hit[0] is not entity._base_pose:
-            pose = entity._base_pose.expand(B, 7)
-            hit = (entity._base_pose, quat_to_matrix(pose[:, 3:7])[:, None], pose[:, None, :3])
+            pose = entity._base_pose.reshape(-1, 7)
+            hit = (entity._base_pose, quat_to_matrix(pose[:, 3:7]).permute(1, 2, 0)[None], pose[:, :3].T[None])
             self._pose_cache[key] = hit
         return hit[1], hit[2]
 
@@ -362,46 +459,78 @@ def _link_slot(model, link: str, offset: int):
     return None if k is None else offset + model.link_body[k]
 
 
+def _twist_rows(members, n_slots: int) -> list:
+    """Per slot: its row among the S' slots of the dynamic entities (in member order),
+    S' for a slot that does not move (an entity without dofs); index -1 (the static
+    world) maps to S' too."""
+    moving = sum(m.nbody for m in members if m.dynamic >= 0)
+    row, count = [moving] * (n_slots + 1), 0
+    for m in members:
+        if m.dynamic >= 0:
+            row[m.offset:m.offset + m.nbody] = range(count, count + m.nbody)
+            count += m.nbody
+    return row
+
+
+def _contact_twist_rows(row, slot_a, slot_b, long) -> tuple:
+    """``twist_row`` of :class:`ContactStage` from the slots' rows and the contacts' slots."""
+    row_a, row_b = ([row[s] for s in side] for side in (slot_a, slot_b))
+    still = row[-1]
+    return torch.tensor(row_a, **long), None if all(x == still for x in row_b) else torch.tensor(row_b, **long)
+
+
+def _cat(parts):
+    return parts[0] if len(parts) == 1 else torch.cat(parts, 0)
+
+
 def _slot_states(sk: dyn.StageKinematics):
-    """World poses and velocities of the bodies of one dynamic entity, batch-first:
-    ``R (B, nb, 3, 3)``, ``p (B, nb, 3)`` and the body twists about the world origin
-    ``v_origin, w (B, nb, 3)`` (as :func:`~torchrbd.sim.contact.contact_velocities` wants)."""
-    R = sk.kin.R.permute(3, 0, 1, 2)
-    p = sk.kin.p.permute(2, 0, 1) + sk.p0[:, None]
-    V = sk.body_twists().permute(2, 0, 1)  # (B, nb, 6) [v at p0; w]
-    w = V[..., 3:]
-    v_origin = V[..., :3] - torch.linalg.cross(w, sk.p0[:, None].expand_as(w))
-    return R, p, v_origin, w
+    """World poses and velocities of the bodies of one dynamic entity, batch-last:
+    ``R (nb, 3, 3, B)``, ``p (nb, 3, B)`` and the body twists about the world origin
+    ``[v_origin; w] (nb, 6, B)``."""
+    p0 = sk.p0.T
+    V = sk.body_twists()  # (nb, 6, B) [v at p0; w]
+    v, w = V.split_with_sizes([3, 3], 1)
+    return sk.kin.R, sk.kin.p + p0, torch.cat([v - cross(w, p0), w], 1)
 
 
-def _entity_load(m: _Member, floating: bool, sk: dyn.StageKinematics, contacts: Contacts, forces, coeffs,
-                 pushing):
+def _relative_velocity(twists, row_a, row_b, pos):
+    """(K', 3, B) velocity of the contact points ``pos (K', 3, B)`` on shape A relative to
+    shape B, from the moving slots' twists about the origin ``(S', 6, B)`` and each side's
+    row among them ``row_a, row_b (K',)`` (S': does not move); ``row_b`` None when no
+    shape B moves."""
+    if twists is None:
+        return torch.zeros_like(pos)
+    if row_b is None:
+        twist = twists.index_select(0, row_a)
+    else:
+        table = torch.cat([twists, twists.new_zeros((1,) + twists.shape[1:])])  # row S': at rest
+        twist = table.index_select(0, row_a) - table.index_select(0, row_b)
+    v, w = twist.split_with_sizes([3, 3], 1)
+    return v + cross(w, pos)
+
+
+def _entity_load(m: _Member, floating: bool, sk: dyn.StageKinematics, near: _Near, implicit: bool):
     """The :class:`~torchrbd.sim.dynamics.ContactLoad` of member ``m`` (see the module
-    docstring): each contact's wrench about ``p0`` and, with ``coeffs = (c_n, c_t) (B, K)``,
-    the parameters of its damping matrix ``Lambda``; both summed over the subtree of
-    every joint in one matmul with the support mask (only the joints that move some
-    pushing contact: the others get 0). ``pushing (K,)``: see :func:`_near_contact_forces`."""
-    k, sign, support = _active(m, pushing)
-    cols = [contacts.pos.index_select(1, k) - sk.p0[:, None], forces.index_select(1, k) * sign[:, None]]
-    if coeffs is not None:
-        c_n, c_t = coeffs[0].index_select(1, k), coeffs[1].index_select(1, k)
-        cols += [contacts.normal.index_select(1, k), c_t[..., None], (c_n - c_t)[..., None]]
-    x = torch.cat(cols, -1).permute(1, 2, 0).contiguous()  # (Ke, 6 or 11, B)
-    r, f = x[:, 0:3], x[:, 3:6]
+    docstring): each contact's wrench ``W`` about ``p0`` and, if ``implicit``, its damping
+    matrix ``Lambda`` (dense, 36 entries); both summed over the subtree of every joint
+    in one matmul with the support mask (only the joints that move some pushing contact:
+    the others get 0), then ``[W^T; Lambda] S_j`` in one product."""
+    k, sign, support = _active(m, near)
+    r = near.pos.index_select(0, k) - sk.p0.T[None]
+    f = near.forces.index_select(0, k) * sign[:, None, None]
     per_contact = torch.cat([f, cross(r, f)], 1)  # wrenches [f; r x f] (Ke, 6, B)
-    if coeffs is not None:
-        per_contact = torch.cat([per_contact, _damping_parameters(r, x[:, 6:9], x[:, 9:10], x[:, 10:11])], 1)
-    Ke, width, B = per_contact.shape
+    if implicit:
+        c_n, c_t = near.c_n.index_select(0, k), near.c_t.index_select(0, k)
+        lam = _damping_parameters(r, near.normal.index_select(0, k), c_t[:, None], (c_n - c_t)[:, None])
+        per_contact = torch.cat([per_contact, lam], 1)
     moved = support.any(0).nonzero()[:, 0]  # joints moving some pushing contact
-    S = sk.S.index_select(0, moved)
-    subtree = (support[:, moved].T @ per_contact.reshape(Ke, width * B)).reshape(-1, width, B)
-    joint = _scatter_joints(moved, (S * subtree[:, :6]).sum(1), sk.n)
+    subtree = mask_sum(support[:, moved].T, per_contact)  # (moved, 6 or 42, B)
+    rows = _scatter_joints(moved, _matrix_times(subtree, sk.S.index_select(0, moved)), sk.n)  # (n, 1 or 7, B)
     total = per_contact.sum(0)
-    if coeffs is None:
-        return dyn.ContactLoad(floating, sk.S, m.joint_support, total[:6], joint)
-    rows = _scatter_joints(moved, _damping_times(subtree[:, 6:], S), sk.n)  # Lambda_j S_j (n, 6, B)
-    lam_base = _damping_matrix(total[None, 6:])[0]
-    return dyn.ContactLoad(floating, sk.S, m.joint_support, total[:6], joint, lam_base, rows)
+    if not implicit:
+        return dyn.ContactLoad(floating, sk.S, m.joint_support, total, rows[:, 0])
+    lam_base = total[6:].unflatten(0, (6, 6))
+    return dyn.ContactLoad(floating, sk.S, m.joint_support, total[:6], rows[:, 0], lam_base, rows[:, 1:])
 
 
 def _scatter_joints(index, x, n: int):
@@ -411,125 +540,51 @@ def _scatter_joints(index, x, n: int):
     return x.new_zeros((n,) + x.shape[1:]).index_copy(0, index, x)
 
 
-def _active(m: _Member, pushing):
-    """``(contact, sign, support)`` of ``m`` restricted to the contacts that push in some
-    environment (``pushing (K,)`` bool). The others have zero force and zero damping gains
+def _active(m: _Member, near: _Near):
+    """``(rows, sign, support)`` of the contacts of ``m`` that push in some environment:
+    ``rows`` among the near contacts. The others have zero force and zero damping gains
     in every environment (and zero gradient: their normal force is clamped from below
     zero, or their depth is beyond the margin), so they are dropped from the sums; the
     value is the same."""
-    keep = pushing.index_select(0, m.contact).nonzero()[:, 0]
-    if keep.numel() == m.contact.numel():
-        return m.contact, m.sign, m.support
-    return m.contact[keep], m.sign[keep], m.support[keep]
-
-
-def _upper_pairs(k: int):
-    return [(i, j) for i in range(k) for j in range(i, k)]
-
-
-_PAIRS3, _PAIRS6 = _upper_pairs(3), _upper_pairs(6)
-_DAMPING_PARAMETERS = 1 + 3 + 1 + len(_PAIRS3) + len(_PAIRS6)  # a, a r, a |r|^2, a r r^T, b u u^T
+    keep = near.pushing.index_select(0, m.contact).nonzero()[:, 0]
+    k, sign, support = (m.contact, m.sign, m.support) if keep.numel() == m.contact.numel() else \
+        (m.contact[keep], m.sign[keep], m.support[keep])
+    return (k if near.row is None else near.row.index_select(0, k)), sign, support
 
 
 def _damping_parameters(r, n, a, b):
-    """(Ke, 32, B) parameters of the contacts' damping matrices (see :func:`_damping_matrix`)
-    from ``r, n (Ke, 3, B)`` (contact point from ``p0``, normal) and ``a = c_t``,
-    ``b = c_n - c_t`` (Ke, 1, B). Linear in ``(a, b)``, so sums of them are the
-    parameters of sums of matrices."""
-    u = torch.cat([n, cross(r, n)], 1)
-    ar, bu = a * r, b * u
-    i3, j3 = zip(*_PAIRS3)
-    i6, j6 = zip(*_PAIRS6)
-    return torch.cat([a, ar, (ar * r).sum(1, keepdim=True), ar[:, i3] * r[:, j3], bu[:, i6] * u[:, j6]], 1)
-
-
-def _parameter_map() -> torch.Tensor:
-    """(36, 32) constant A with ``vec(Lambda) = A params``: with ``D = a 1 + b n n^T`` and
-    ``P = [1, -[r]x]`` (twist about ``p0`` -> velocity of the point ``p0 + r``),
-    ``Lambda = P^T D P = a P^T P + b u u^T``, ``u = P^T n = [n; r x n]``, where
-    ``P^T P = [[1, -[r]x], [[r]x, |r|^2 1 - r r^T]]`` (the spatial inertia of a unit
-    point mass at ``r``)."""
-    A = torch.zeros(6, 6, _DAMPING_PARAMETERS, dtype=torch.float64)
-    AR, R2, RR, UU = 1, 4, 5, 5 + len(_PAIRS3)
-    for i in range(3):
-        A[i, i, 0] = 1.0  # a 1
-        A[3 + i, 3 + i, R2] = 1.0  # a |r|^2 1
-        for c in range(3):
-            if i != c:  # [r]x[i, c] = +-r_k, k the third axis
-                k = 3 - i - c
-                sign = 1.0 if (i, c) in ((2, 1), (0, 2), (1, 0)) else -1.0
-                A[3 + i, c, AR + k] = sign
-                A[i, 3 + c, AR + k] = -sign
-    for p, (i, j) in enumerate(_PAIRS3):
-        A[3 + i, 3 + j, RR + p] -= 1.0
-        if i != j:
-            A[3 + j, 3 + i, RR + p] -= 1.0
-    for p, (i, j) in enumerate(_PAIRS6):
-        A[i, j, UU + p] = 1.0
-        A[j, i, UU + p] = 1.0
-    return A.reshape(36, -1)
-
-
-_PARAMETER_MAP = _parameter_map()
-
-
-def _symmetric_index(pairs, k: int) -> torch.Tensor:
-    """(k * k,) index of each entry of a symmetric k x k matrix (row-major) in its
-    storage as the upper ``pairs``."""
-    where = {p: i for i, p in enumerate(pairs)}
-    return torch.tensor([where[(min(r, c), max(r, c))] for r in range(k) for c in range(k)])
-
-
-_FULL3, _FULL6 = _symmetric_index(_PAIRS3, 3), _symmetric_index(_PAIRS6, 6)
-
-
-def _symmetric_times(upper, index, x):
-    """``A x`` (k, d, B) for symmetric matrices stored as ``upper`` (k, ., B) (see
-    :func:`_symmetric_index`) and vectors ``x`` (k, d, B)."""
-    d = x.shape[1]
-    full = upper.index_select(1, index.to(upper.device)).unflatten(1, (d, d))
-    return (full * x[:, None]).sum(2)
-
-
-def _damping_times(params, S):
-    """``Lambda S`` (k, 6, B) for damping parameters (k, 32, B) and twists S (k, 6, B),
-    without the dense map of :func:`_damping_matrix`: ``a P^T P`` applied as a spatial
-    inertia ``[a S_l - h x S_a; h x S_l + (a |r|^2 - a r r^T) S_a]`` (``h = a r``), plus
-    ``(b u u^T) S``."""
-    a, h, r2, rr, uu = params[:, 0:1], params[:, 1:4], params[:, 4:5], params[:, 5:11], params[:, 11:]
-    Sl, Sa = S[:, :3], S[:, 3:]
-    ang = cross(h, Sl) + r2 * Sa - _symmetric_times(rr, _FULL3, Sa)
-    return torch.cat([a * Sl - cross(h, Sa), ang], 1) + _symmetric_times(uu, _FULL6, S)
+    """(Ke, 36, B) the contacts' damping matrices ``Lambda`` (6 x 6, row-major) from
+    ``r, n (Ke, 3, B)`` (contact point from ``p0``, normal) and ``a = c_t``,
+    ``b = c_n - c_t`` (Ke, 1, B): with ``D = a 1 + b n n^T`` and ``P = [1, -[r]x]``
+    (twist about ``p0`` -> velocity of the point ``p0 + r``), ``Lambda = P^T D P =
+    sum_m w_m q_m q_m^T`` with ``q_m = P^T e_m`` (m = x, y, z; ``w_m = a``) and
+    ``q_n = P^T n`` (``w_n = b``), where ``P^T x = [x; r x x]``. Linear in ``(a, b)``,
+    so sums of them are the matrices of the sums."""
+    eye = torch.eye(3, dtype=r.dtype, device=r.device)[None, :, :, None].expand(r.shape[0], 3, 3, r.shape[-1])
+    e = torch.cat([eye, n[:, None]], 1)  # (Ke, 4, 3, B) rows e_x, e_y, e_z, n
+    q = torch.cat([e, cross(r[:, None], e)], 2)  # (Ke, 4, 6, B) rows q_m
+    qw = q * torch.cat([a, a, a, b], 1)[:, :, None]
+    lam = None
+    for x, y in zip(qw.unbind(1), q.unbind(1)):
+        lam = x[:, :, None] * y[:, None] if lam is None else torch.addcmul(lam, x[:, :, None], y[:, None])
+    return lam.flatten(1, 2)
 
 
 def _damping_matrix(params):
-    """(k, 6, 6, B) damping matrices ``Lambda`` from their parameters (k, 32, B)."""
-    return torch.matmul(_PARAMETER_MAP.to(params), params).unflatten(1, (6, 6))
+    """(k, 6, 6, B) damping matrices ``Lambda`` from their entries (k, 36, B)."""
+    return params.unflatten(1, (6, 6))
 
 
-def _near_contact_forces(contacts: Contacts, v_origin, w, slot_mass, params: ContactParams):
-    """:func:`~torchrbd.sim.contact.contact_forces_and_gains` of all K contacts:
-    ``forces (B, K, 3)``, ``c_n, c_t (B, K)``, evaluated only on the contacts within
-    the margin (``depth >= -margin``) in some environment. The others give exactly zero
-    (value and gradient: the smoothed ReLU and its slope are 0 there) and add nothing
-    to the shared weights. Also ``pushing (K,)``: the force is nonzero in some environment."""
-    K = contacts.depth.shape[-1]
-    near = (contacts.depth >= -params.margin).any(0).nonzero()[:, 0]
-    sub = contacts if near.numel() == K else _subset(contacts, near)
-    vel_a, vel_b = contact_velocities(sub, v_origin, w)
-    out = contact_forces_and_gains(sub, vel_a, vel_b, params, contact_mass(sub, slot_mass))
-    pushing = out[0].ne(0).any(-1).any(0)
-    if sub is contacts:
-        return (*out, pushing)
-    out = tuple(x.new_zeros(x.shape[:1] + (K,) + x.shape[2:]).index_copy(1, near, x) for x in out)
-    return (*out, torch.zeros(K, dtype=torch.bool, device=near.device).index_copy(0, near, pushing))
+def _damping_times(params, S):
+    """``Lambda S`` (k, 6, B) for damping matrices (k, 36, B) and twists S (k, 6, B)."""
+    return _matrix_times(params, S)
 
 
-def _subset(contacts: Contacts, k: torch.Tensor) -> Contacts:
-    """The contacts ``k (K',)`` of ``contacts`` (B, K, ...), slot pairs renumbered."""
-    slot_pair = torch.unique(contacts.slot_pair[k], return_inverse=True)[1]
-    return Contacts(
-        pos=contacts.pos.index_select(1, k), normal=contacts.normal.index_select(1, k),
-        depth=contacts.depth.index_select(1, k), slot_a=contacts.slot_a[k], slot_b=contacts.slot_b[k],
-        friction=contacts.friction[k], pair=contacts.pair[k], slot_pair=slot_pair,
-    )
+def _matrix_times(M, S):
+    """``M S`` (k, r, B) for matrices stored row-major ``M (k, r * 6, B)`` and twists
+    ``S (k, 6, B)``: six fused multiply-adds over rows of length B."""
+    M = M.unflatten(1, (-1, 6))
+    out = None
+    for column, x in zip(M.unbind(2), S[:, None].unbind(2)):
+        out = column * x if out is None else torch.addcmul(out, column, x)
+    return out
