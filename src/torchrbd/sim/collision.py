@@ -1042,9 +1042,11 @@ def _points_on_planes(plan: ContactPlan, R: torch.Tensor, p: torch.Tensor):
     normal = R_plane[:, :, 2]  # the plane's z axis (Pl, 3, N)
     if normal.shape[0] > 1:
         normal, origin = normal.index_select(0, pp.plane), origin.index_select(0, pp.plane)
-    height = ((x - origin) * normal).sum(1)  # (Kp, N)
+    height = None  # (x - origin) . normal (Kp, N), by components (no reduction over a middle dim)
+    for d, n in zip((x - origin).unbind(1), normal.unbind(1)):
+        height = d * n if height is None else torch.addcmul(height, d, n)
     radius = pp.radius[:, None]
-    pos = x - normal * ((radius + height) / 2)[:, None]
+    pos = torch.addcmul(x, normal, ((radius + height) * -0.5)[:, None])  # halfway between the surfaces
     return pos, normal.expand_as(pos), radius - height
 
 

@@ -92,6 +92,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -308,21 +309,26 @@ class ContactStage:
 
     def _slots(self, scene, kinematics):
         """Batch-last world poses of all slots, ``R (S, 3, 3, B)``, ``p (S, 3, B)``, and
-        the twists about the world origin ``[v_origin; w] (S', 6, B)`` of the S' slots of
-        the dynamic entities (rows: see ``twist_row``)."""
+        the :class:`_Twists` of the S' slots of the dynamic entities (rows: see
+        ``twist_row``), None without any."""
         B = scene._B
-        Rs, ps, twists = [], [], []
+        Rs, ps, twists, origins = [], [], [], []
         for m in self.members:
             if m.dynamic < 0:
                 R, p = self._immovable_pose(scene.entities[m.entity])
                 Rs.append(R.expand(1, 3, 3, B))
                 ps.append(p.expand(1, 3, B))
                 continue
-            R, p, twist = _slot_states(kinematics[m.dynamic])
-            Rs.append(R)
-            ps.append(p)
-            twists.append(twist)
-        return _cat(Rs), _cat(ps), _cat(twists) if twists else None
+            sk = kinematics[m.dynamic]
+            p0 = sk.p0.T.contiguous()[None]
+            Rs.append(sk.kin.R)
+            ps.append(sk.kin.p + p0)
+            twists.append(sk.body_twists())
+            origins.append(p0.expand(m.nbody, 3, B))
+        if not twists:
+            return _cat(Rs), _cat(ps), None
+        origin = origins[0][:1] if len(origins) == 1 else torch.cat(origins)
+        return _cat(Rs), _cat(ps), _Twists(_cat(twists), origin)
 
     def _near(self, detected, twists, mass) -> _Near:
         """The contact law on the contacts within the margin (see :class:`_Near`): they
@@ -483,30 +489,36 @@ def _cat(parts):
     return parts[0] if len(parts) == 1 else torch.cat(parts, 0)
 
 
-def _slot_states(sk: dyn.StageKinematics):
-    """World poses and velocities of the bodies of one dynamic entity, batch-last:
-    ``R (nb, 3, 3, B)``, ``p (nb, 3, B)`` and the body twists about the world origin
-    ``[v_origin; w] (nb, 6, B)``."""
-    p0 = sk.p0.T
-    V = sk.body_twists()  # (nb, 6, B) [v at p0; w]
-    v, w = V.split_with_sizes([3, 3], 1)
-    return sk.kin.R, sk.kin.p + p0, torch.cat([v - cross(w, p0), w], 1)
+class _Twists(NamedTuple):
+    """The twists ``[v; w] (S', 6, B)`` of the moving slots, each about its entity's base
+    origin ``origin (S', 3, B)`` (or ``(1, 3, B)``, shared by all rows), world axes."""
+
+    twist: torch.Tensor
+    origin: torch.Tensor
+
+    def at(self, rows, pos):
+        """(K', 3, B) velocity of the points ``pos (K', 3, B)`` moving with slot rows ``rows (K',)``."""
+        twist = self.twist.index_select(0, rows)
+        origin = self.origin if self.origin.shape[0] == 1 else self.origin.index_select(0, rows)
+        v, w = twist.split_with_sizes([3, 3], 1)
+        return v + cross(w, pos - origin)
+
+    def padded(self) -> "_Twists":
+        """With a last row at rest (the rows of the slots that do not move)."""
+        pad = lambda x: torch.cat([x, x.new_zeros((1,) + x.shape[1:])])  # noqa: E731
+        return _Twists(pad(self.twist), self.origin if self.origin.shape[0] == 1 else pad(self.origin))
 
 
-def _relative_velocity(twists, row_a, row_b, pos):
+def _relative_velocity(twists: _Twists | None, row_a, row_b, pos):
     """(K', 3, B) velocity of the contact points ``pos (K', 3, B)`` on shape A relative to
-    shape B, from the moving slots' twists about the origin ``(S', 6, B)`` and each side's
-    row among them ``row_a, row_b (K',)`` (S': does not move); ``row_b`` None when no
-    shape B moves."""
+    shape B, from the moving slots' twists and each side's row among them
+    ``row_a, row_b (K',)`` (S': does not move); ``row_b`` None when no shape B moves."""
     if twists is None:
         return torch.zeros_like(pos)
     if row_b is None:
-        twist = twists.index_select(0, row_a)
-    else:
-        table = torch.cat([twists, twists.new_zeros((1,) + twists.shape[1:])])  # row S': at rest
-        twist = table.index_select(0, row_a) - table.index_select(0, row_b)
-    v, w = twist.split_with_sizes([3, 3], 1)
-    return v + cross(w, pos)
+        return twists.at(row_a, pos)
+    twists = twists.padded()
+    return twists.at(row_a, pos) - twists.at(row_b, pos)
 
 
 def _entity_load(m: _Member, floating: bool, sk: dyn.StageKinematics, near: _Near, implicit: bool):
