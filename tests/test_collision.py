@@ -148,6 +148,31 @@ def test_merged_plane_points_match_the_generic_kernels():
     torch.testing.assert_close(g_fast, g_ref, rtol=1e-12, atol=1e-12)
 
 
+def test_plane_depths_without_placing_the_points_match_all_contacts():
+    """Points on a single plane: detect_last gives the depths without placing the points
+    and places only the rows asked for; same values and gradients as all contacts."""
+    from torchrbd.sim import collision
+
+    gs = [CollisionGeom(BOX, 0, entity=1), CollisionGeom(SPHERE, 1, entity=1),  # one entity: no box-sphere pair
+          CollisionGeom(CAPSULE, 1, rotvec([0.3, 0.0, 0.0]), torch.tensor([0.0, 0.2, 0.0], **F64), entity=1),
+          CollisionGeom(geom(GeomType.PLANE, ()), 2, rotvec([0.1, 0.2, 0.0]), torch.tensor([0.0, 0.0, 0.02], **F64), entity=3)]
+    plan = ContactPlan.build(gs)
+    g = torch.Generator().manual_seed(2)
+    R = torch.stack([rotvec(0.5 * torch.randn(3, generator=g, **F64)) for _ in range(4 * 3)]).reshape(4, 3, 3, 3)
+    R = R.permute(1, 2, 3, 0).contiguous().requires_grad_(True)  # (S, 3, 3, N) batch-last
+    p = (0.15 * torch.randn(3, 3, 4, generator=g, **F64)).requires_grad_(True)
+    det = collision.detect_last(plan, R, p)
+    assert det.full is None
+    full = collision._all_contacts(plan, R, p)
+    rows = torch.tensor([7, 0, 9])
+    for x, y in zip(det.rows(rows), full):
+        torch.testing.assert_close(x, y.index_select(0, rows), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(det.depth, full[2], rtol=1e-12, atol=1e-12)
+    grads = [torch.autograd.grad((d ** 2).sum(), (R, p)) for d in (det.depth, full[2])]
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
 def test_box_plane_rotated():
     th = 0.4  # about x: the lowest corners are at -(b sin + c cos)
     b, cz = 0.2, 0.3

@@ -1030,34 +1030,95 @@ def _geom_poses_last(plan: ContactPlan, R: torch.Tensor, p: torch.Tensor, geoms:
     return Rw, pw
 
 
-def _points_on_planes(plan: ContactPlan, R: torch.Tensor, p: torch.Tensor):
-    """The contacts of ``plan.on_plane`` (Kp) at slot poses ``R (S, 3, 3, N)``,
-    ``p (S, 3, N)``: world ``(pos (Kp, 3, N), normal (Kp, 3, N), depth (Kp, N))``. Same
-    result as :func:`_points_vs` with the plane's SDF: the height along its normal."""
+def _points_on_planes(plan: ContactPlan, R: torch.Tensor, p: torch.Tensor, rows: torch.Tensor | None = None):
+    """The contacts ``rows (Kp',)`` (default: all) of ``plan.on_plane`` at slot poses
+    ``R (S, 3, 3, N)``, ``p (S, 3, N)``: world ``(pos (Kp', 3, N), normal (Kp', 3, N),
+    depth (Kp', N))``. Same result as :func:`_points_vs` with the plane's SDF: the height
+    along its normal."""
     pp = plan.on_plane
-    Rs, x = R.index_select(0, pp.slot), p.index_select(0, pp.slot)  # (Kp, 3, 3, N), (Kp, 3, N)
-    for column, coordinate in zip(Rs.unbind(2), pp.point[:, :, None, None].unbind(1)):
+    pick = (lambda x: x) if rows is None else (lambda x: x.index_select(0, rows))  # noqa: E731
+    slot, point, radius, plane = pick(pp.slot), pick(pp.point), pick(pp.radius)[:, None], pick(pp.plane)
+    Rs, x = R.index_select(0, slot), p.index_select(0, slot)  # (Kp', 3, 3, N), (Kp', 3, N)
+    for column, coordinate in zip(Rs.unbind(2), point[:, :, None, None].unbind(1)):
         x = torch.addcmul(x, column, coordinate)  # world point p + R point
-    R_plane, origin = _geom_poses_last(plan, R, p, pp.plane_geom)
-    normal = R_plane[:, :, 2]  # the plane's z axis (Pl, 3, N)
+    normal, origin = _planes(plan, R, p)
     if normal.shape[0] > 1:
-        normal, origin = normal.index_select(0, pp.plane), origin.index_select(0, pp.plane)
-    height = None  # (x - origin) . normal (Kp, N), by components (no reduction over a middle dim)
-    for d, n in zip((x - origin).unbind(1), normal.unbind(1)):
-        height = d * n if height is None else torch.addcmul(height, d, n)
-    radius = pp.radius[:, None]
+        normal, origin = normal.index_select(0, plane), origin.index_select(0, plane)
+    height = _dot(x - origin, normal)
     pos = torch.addcmul(x, normal, ((radius + height) * -0.5)[:, None])  # halfway between the surfaces
     return pos, normal.expand_as(pos), radius - height
 
 
-def detect_last(plan: ContactPlan, R: torch.Tensor, p: torch.Tensor):
-    """:func:`detect` batch-last: the K contacts ``(pos (K, 3, N), normal (K, 3, N),
-    depth (K, N))`` at slot poses ``R (S, 3, 3, N)``, ``p (S, 3, N)`` (the layout of
-    :mod:`torchrbd.algorithms`). The points-vs-plane groups run batch-last; the other
-    kernels batch-first, on views of the same geom poses."""
+def _plane_depths(plan: ContactPlan, R: torch.Tensor, p: torch.Tensor):
+    """(Kp, N) depths of ``plan.on_plane``'s contacts against its single plane, without
+    placing the points: ``height = n . (p_s + R_s x - o) = n . p_s + (R_s^T n) . x - n . o``
+    with ``R_s^T n`` and ``n . p_s`` once per slot."""
+    pp = plan.on_plane
+    normal, origin = _planes(plan, R, p)  # (1, 3, N)
+    n = normal.unbind(1)
+    along = _dot(p, normal) - _dot(origin, normal)  # (S, N) height of each slot origin
+    local = None  # (S, 3, N) R_s^T n, the normal in each slot's frame
+    for row, n_i in zip(R.unbind(1), n):
+        local = row * n_i[:, None] if local is None else torch.addcmul(local, row, n_i[:, None])
+    height = along.index_select(0, pp.slot)
+    for m_j, x_j in zip(local.index_select(0, pp.slot).unbind(1), pp.point[:, :, None].unbind(1)):
+        height = torch.addcmul(height, m_j, x_j)
+    return pp.radius[:, None] - height
+
+
+def _planes(plan: ContactPlan, R, p):
+    """World normals and origins ``(Pl, 3, N)`` of ``plan.on_plane``'s planes."""
+    R_plane, origin = _geom_poses_last(plan, R, p, plan.on_plane.plane_geom)
+    return R_plane[:, :, 2], origin  # the plane's z axis
+
+
+def _dot(a, b):
+    """(k, N) dot products of (k, 3, N) vectors, by components (no reduction over a middle dim)."""
+    out = None
+    for x, y in zip(a.unbind(1), b.unbind(1)):
+        out = x * y if out is None else torch.addcmul(out, x, y)
+    return out
+
+
+@dataclass(frozen=True)
+class Detection:
+    """The K contacts of :func:`detect_last`, batch-last: ``depth (K, N)`` at once, and
+    positions and normals of any rows on demand (:meth:`rows`). When every contact is a
+    point on a single plane, the depths need no contact position, so only the rows asked
+    for are placed; otherwise ``full`` holds all of them."""
+
+    plan: ContactPlan
+    R: torch.Tensor
+    p: torch.Tensor
+    depth: torch.Tensor
+    full: tuple | None
+
+    def rows(self, index: torch.Tensor | None = None):
+        """``(pos (K', 3, N), normal (K', 3, N), depth (K', N))`` of the contacts ``index
+        (K',)``, all of them when None."""
+        if self.full is not None:
+            return self.full if index is None else tuple(x.index_select(0, index) for x in self.full)
+        pos, normal, _ = _points_on_planes(self.plan, self.R, self.p, index)
+        return pos, normal, self.depth if index is None else self.depth.index_select(0, index)
+
+
+def detect_last(plan: ContactPlan, R: torch.Tensor, p: torch.Tensor) -> Detection:
+    """:func:`detect` batch-last: the K contacts (a :class:`Detection`) at slot poses
+    ``R (S, 3, 3, N)``, ``p (S, 3, N)`` (the layout of :mod:`torchrbd.algorithms`). The
+    points-vs-plane groups run batch-last; the other kernels batch-first, on views of
+    the same geom poses."""
     if R.shape[0] < plan.n_slots:
         raise ValueError(f"detect: poses have {R.shape[0]} slots, the plan needs at least {plan.n_slots}")
     plan = plan.to(R.dtype, R.device)
+    pp = plan.on_plane
+    if pp is not None and len(pp.groups) == len(plan.groups) and pp.plane_geom.numel() == 1:
+        return Detection(plan, R, p, _plane_depths(plan, R, p), None)
+    full = _all_contacts(plan, R, p)
+    return Detection(plan, R, p, full[2], full)
+
+
+def _all_contacts(plan: ContactPlan, R: torch.Tensor, p: torch.Tensor):
+    """(pos (K, 3, N), normal (K, 3, N), depth (K, N)) of every group, in contact order."""
     N = R.shape[-1]
     parts = [_points_on_planes(plan, R, p)] if plan.on_plane is not None else []
     done = () if plan.on_plane is None else plan.on_plane.groups
@@ -1092,8 +1153,7 @@ def detect(plan: ContactPlan, R: torch.Tensor, p: torch.Tensor) -> Contacts:
     N, S = math.prod(batch), R.shape[-3]
     R_last = R.expand(batch + R.shape[-3:]).reshape(N, S, 3, 3).permute(1, 2, 3, 0).contiguous()
     p_last = p.expand(batch + p.shape[-2:]).reshape(N, S, 3).permute(1, 2, 0).contiguous()
-    pos, normal, depth = detect_last(plan, R_last, p_last)
-    return contacts_first(plan, pos, normal, depth, batch)
+    return contacts_first(plan, *detect_last(plan, R_last, p_last).rows(), batch)
 
 
 def contacts_first(plan: ContactPlan, pos, normal, depth, batch=None) -> Contacts:

@@ -103,7 +103,7 @@ from ..model.model import GeomType
 from ..algorithms.batchlast import cross, mask_sum
 from ..spatial import quat_to_matrix
 from . import dynamics as dyn
-from .collision import CollisionGeom, ContactPlan, Contacts, contacts_first, detect_last, geoms_from_model, model_slot_parent
+from .collision import CollisionGeom, ContactPlan, Contacts, Detection, contacts_first, detect_last, geoms_from_model, model_slot_parent
 from .contact import ContactParams, contact_law, pair_mass
 from .morphs import MJCF
 
@@ -153,24 +153,24 @@ class StageResult:
     ``contacts``/``forces (B, K, 3)`` as :func:`~torchrbd.sim.contact.contact_forces`
     (force on shape A; batch-first views, made on first use); ``loads[d]``: the
     :class:`~torchrbd.sim.dynamics.ContactLoad` on dynamic entity ``d`` (None when no
-    contact acts on it). ``detected``: the batch-last contacts of
+    contact acts on it). ``detection``: the batch-last contacts of
     :func:`~torchrbd.sim.collision.detect_last`.
     """
 
     loads: list
-    plan: ContactPlan
-    detected: tuple
+    detection: Detection
     near: _Near
 
     @cached_property
     def contacts(self) -> Contacts:
-        return contacts_first(self.plan, *self.detected)
+        return contacts_first(self.detection.plan, *self.detection.rows())
 
     @cached_property
     def forces(self) -> torch.Tensor:
         f = self.near.forces
         if self.near.index is not None:
-            f = f.new_zeros(self.detected[0].shape).index_copy(0, self.near.index, f)
+            K, B = self.detection.depth.shape
+            f = f.new_zeros(K, 3, B).index_copy(0, self.near.index, f)
         return f.movedim(-1, 0)
 
     @property
@@ -299,13 +299,13 @@ class ContactStage:
         if kinematics is None:
             kinematics = [dyn.stage_kinematics(*a, *x) for a, x in zip(zip(statics, ctrls), state)]
         R, p, twists = self._slots(scene, kinematics)
-        detected = detect_last(self.plan, R, p)
-        near = self._near(detected, twists, self._contact_mass(statics))
+        detection = detect_last(self.plan, R, p)
+        near = self._near(detection, twists, self._contact_mass(statics))
         loads = [None] * len(statics)
         for m in self.members:
             if m.dynamic >= 0 and m.contact.numel():
                 loads[m.dynamic] = _entity_load(m, statics[m.dynamic].floating, kinematics[m.dynamic], near, implicit)
-        return StageResult(loads, self.plan, detected, near)
+        return StageResult(loads, detection, near)
 
     def _slots(self, scene, kinematics):
         """Batch-last world poses of all slots, ``R (S, 3, 3, B)``, ``p (S, 3, B)``, and
@@ -330,13 +330,12 @@ class ContactStage:
         origin = origins[0][:1] if len(origins) == 1 else torch.cat(origins)
         return _cat(Rs), _cat(ps), _Twists(_cat(twists), origin)
 
-    def _near(self, detected, twists, mass) -> _Near:
+    def _near(self, detection: Detection, twists, mass) -> _Near:
         """The contact law on the contacts within the margin (see :class:`_Near`): they
         alone can push. The others give exactly zero (value and gradient: the smoothed
         ReLU and its slope are 0 there)."""
-        pos, normal, depth = detected
-        plan, K = self.plan, depth.shape[0]
-        index = (depth >= -self.params.margin).any(1).nonzero()[:, 0]
+        plan, K = self.plan, detection.depth.shape[0]
+        index = (detection.depth >= -self.params.margin).any(1).nonzero()[:, 0]
         row = None
         if index.numel() == K:
             index = None
@@ -344,10 +343,11 @@ class ContactStage:
             row = torch.full((K,), -1, dtype=index.dtype, device=index.device)
             row = row.index_copy(0, index, torch.arange(index.numel(), device=index.device))
         pick = (lambda x: x) if index is None else (lambda x: x.index_select(0, index))  # noqa: E731
-        pos, normal, depth = pick(pos), pick(normal), pick(depth)
+        pos, normal, depth = detection.rows(index)
+        velocity = _relative_velocity(twists, *(r if r is None else pick(r) for r in self.twist_row), pos)
         forces, c_n, c_t = contact_law(
-            depth, normal, _relative_velocity(twists, *(r if r is None else pick(r) for r in self.twist_row), pos), pick(plan.contact_friction)[:, None],
-            pick(plan.contact_slot_pair), pick(mass)[:, None], self.params, dim=1, n_pairs=self.n_slot_pairs,
+            depth, normal, velocity, pick(plan.contact_friction)[:, None], pick(plan.contact_slot_pair),
+            pick(mass)[:, None], self.params, dim=1, n_pairs=self.n_slot_pairs,
         )
         pushing = c_n.ne(0).any(1)  # c_n > 0 exactly where the normal force is
         if index is not None:
