@@ -569,17 +569,31 @@ def _damping_parameters(r, n, a, b):
     ``r, n (Ke, 3, B)`` (contact point from ``p0``, normal) and ``a = c_t``,
     ``b = c_n - c_t`` (Ke, 1, B): with ``D = a 1 + b n n^T`` and ``P = [1, -[r]x]``
     (twist about ``p0`` -> velocity of the point ``p0 + r``), ``Lambda = P^T D P =
-    sum_m w_m q_m q_m^T`` with ``q_m = P^T e_m`` (m = x, y, z; ``w_m = a``) and
-    ``q_n = P^T n`` (``w_n = b``), where ``P^T x = [x; r x x]``. Linear in ``(a, b)``,
-    so sums of them are the matrices of the sums."""
-    eye = torch.eye(3, dtype=r.dtype, device=r.device)[None, :, :, None].expand(r.shape[0], 3, 3, r.shape[-1])
-    e = torch.cat([eye, n[:, None]], 1)  # (Ke, 4, 3, B) rows e_x, e_y, e_z, n
-    q = torch.cat([e, cross(r[:, None], e)], 2)  # (Ke, 4, 6, B) rows q_m
-    qw = q * torch.cat([a, a, a, b], 1)[:, :, None]
-    lam = None
-    for x, y in zip(qw.unbind(1), q.unbind(1)):
-        lam = x[:, :, None] * y[:, None] if lam is None else torch.addcmul(lam, x[:, :, None], y[:, None])
-    return lam.flatten(1, 2)
+    a P^T P + b u u^T``, ``u = P^T n = [n; r x n]``. Linear in ``(a, b)``, so sums of
+    them are the matrices of the sums."""
+    u = torch.cat([n, cross(r, n)], 1)
+    return torch.addcmul(_point_inertia(a, r), (b * u)[:, :, None], u[:, None]).flatten(1, 2)
+
+
+def _point_inertia(m, r):
+    """(k, 6, 6, B) ``m P^T P = [[m 1, -m [r]x], [m [r]x, m (|r|^2 1 - r r^T)]]``, the
+    spatial inertia about ``p0`` of point masses ``m (k, 1, B)`` at ``r (k, 3, B)``,
+    stacked from its entries (one pass over the output)."""
+    h = m * r  # first moment
+    (h0, h1, h2), (g0, g1, g2) = h.unbind(1), (-h).unbind(1)
+    c = [row.unbind(1) for row in (h[:, :, None] * r[:, None]).unbind(1)]  # m r r^T
+    zero, m0, r2 = torch.zeros_like(h0), m[:, 0], c[0][0] + c[1][1] + c[2][2]
+    rows = [
+        [m0, zero, zero, zero, h2, g1],
+        [zero, m0, zero, g2, zero, h0],
+        [zero, zero, m0, h1, g0, zero],
+        [zero, g2, h1],
+        [h2, zero, g0],
+        [g1, h0, zero],
+    ]
+    for i in range(3):
+        rows[3 + i] += [r2 - c[i][j] if i == j else -c[i][j] for j in range(3)]
+    return torch.stack([x for row in rows for x in row], 1).unflatten(1, (6, 6))
 
 
 def _damping_matrix(params):
