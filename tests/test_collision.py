@@ -133,7 +133,7 @@ def test_merged_plane_points_match_the_generic_kernels():
     gs = [CollisionGeom(BOX, 0, entity=1), ground_plane(), CollisionGeom(SPHERE, 1, entity=2),
           CollisionGeom(CAPSULE, 2, rotvec([0.0, 0.7, 0.0]), torch.tensor([0.0, 0.1, 0.0], **F64), entity=3), tilted, world_ball]
     plan = ContactPlan.build(gs)
-    assert plan.on_plane is not None and plan.order is not None and plan.on_plane.plane_geom.numel() == 2
+    assert plan.on_plane is not None and plan.order is not None and plan.on_plane.plane_slot.numel() == 2
     assert len(plan.on_plane.groups) < len([g for g in plan.groups if collision._on_plane(g)])  # the static ball
     g = torch.Generator().manual_seed(1)
     R = torch.stack([rotvec(0.5 * torch.randn(3, generator=g, **F64)) for _ in range(5 * 4)]).reshape(5, 4, 3, 3)

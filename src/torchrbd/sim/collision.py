@@ -336,7 +336,9 @@ class _PlanePoints:
     ``groups``: their indices in ``plan.groups``; ``index (Kp,)`` their rows among the
     K contacts; ``slot (Kp,)`` the slot of A; ``point (Kp, 3)`` the point in that slot's
     frame (``slot_H_geom`` applied) with radius ``radius (Kp,)``; ``plane (Kp,)`` which
-    of the ``plane_geom (Pl,)`` geoms it is tested against.
+    of the Pl planes it is tested against: ``plane_slot (Pl,)`` their slots (-1: static),
+    ``plane_axis (Pl, 3)`` their normals and ``plane_pos (Pl, 3)`` their origins in those
+    slots' frames (world when static).
     """
 
     groups: tuple
@@ -345,7 +347,9 @@ class _PlanePoints:
     point: torch.Tensor
     radius: torch.Tensor
     plane: torch.Tensor
-    plane_geom: torch.Tensor
+    plane_slot: torch.Tensor
+    plane_axis: torch.Tensor
+    plane_pos: torch.Tensor
 
     @classmethod
     def build(cls, groups, geom_slot, geom_rot, geom_pos) -> "_PlanePoints | None":
@@ -365,9 +369,9 @@ class _PlanePoints:
             point.append((geom_rot[ga] @ x[:, :, None])[..., 0] + geom_pos[ga])
             radius.append(g.radius_a.repeat_interleave(n))
             plane.append(g.geom_b.repeat_interleave(n))
-        plane_geom, plane = torch.unique(torch.cat(plane), return_inverse=True)
+        planes, plane = torch.unique(torch.cat(plane), return_inverse=True)
         return cls(tuple(chosen), torch.cat(index), geom_slot[torch.cat(geom)], torch.cat(point), torch.cat(radius),
-                   plane, plane_geom)
+                   plane, geom_slot[planes], geom_rot[planes][:, :, 2], geom_pos[planes])
 
 
 def _contact_order(on_plane: "_PlanePoints | None", K: int) -> torch.Tensor | None:
@@ -1009,39 +1013,36 @@ def _on_plane(g: _PairGroup) -> bool:
     return g.type_b == GeomType.PLANE and g.parts == ("a_points",)
 
 
-def _geom_poses_last(plan: ContactPlan, R: torch.Tensor, p: torch.Tensor, geoms: torch.Tensor | None = None):
-    """World poses of the geoms ``geoms`` (default: all), batch-last: ``(R (G, 3, 3, N),
-    p (G, 3, N))`` from slot poses ``R (S, 3, 3, N)``, ``p (S, 3, N)``. Batch-last, every
-    product is a long contiguous row (batch-first 3x3 products are thousands of tiny matmuls)."""
-    slot = plan.geom_slot if geoms is None else plan.geom_slot.index_select(0, geoms)
-    rot = plan.geom_rot if geoms is None else plan.geom_rot.index_select(0, geoms)
-    pos = plan.geom_pos if geoms is None else plan.geom_pos.index_select(0, geoms)
+def _geom_poses_last(plan: ContactPlan, R: torch.Tensor, p: torch.Tensor):
+    """World poses of every geom, batch-last: ``(R (G, 3, 3, N), p (G, 3, N))`` from slot
+    poses ``R (S, 3, 3, N)``, ``p (S, 3, N)``. Batch-last, every product is a long
+    contiguous row (batch-first 3x3 products are thousands of tiny matmuls)."""
+    rot, pos = plan.geom_rot, plan.geom_pos
     if R.shape[0] == 0:  # only static geoms
         return rot[..., None].expand(rot.shape + R.shape[-1:]), pos[..., None].expand(pos.shape + R.shape[-1:])
-    idx = slot.clamp(min=0)
+    idx = plan.geom_slot.clamp(min=0)
     Rs, ps = R.index_select(0, idx), p.index_select(0, idx)  # (G, 3, 3, N), (G, 3, N)
     rot, pos = rot[..., None], pos[..., None]
     Rw = Rs[:, :, 0:1] * rot[:, None, 0] + Rs[:, :, 1:2] * rot[:, None, 1] + Rs[:, :, 2:3] * rot[:, None, 2]
     pw = ps + Rs[:, :, 0] * pos[:, None, 0] + Rs[:, :, 1] * pos[:, None, 1] + Rs[:, :, 2] * pos[:, None, 2]
     if plan.has_static:
-        static = slot < 0
+        static = plan.geom_slot < 0
         Rw = torch.where(static[:, None, None, None], rot, Rw)
         pw = torch.where(static[:, None, None], pos, pw)
     return Rw, pw
 
 
-def _points_on_planes(plan: ContactPlan, R: torch.Tensor, p: torch.Tensor, rows: torch.Tensor | None = None):
+def _points_on_planes(plan: ContactPlan, R: torch.Tensor, p: torch.Tensor, rows: torch.Tensor | None = None,
+                      planes=None):
     """The contacts ``rows (Kp',)`` (default: all) of ``plan.on_plane`` at slot poses
     ``R (S, 3, 3, N)``, ``p (S, 3, N)``: world ``(pos (Kp', 3, N), normal (Kp', 3, N),
     depth (Kp', N))``. Same result as :func:`_points_vs` with the plane's SDF: the height
-    along its normal."""
+    along its normal. ``planes``: :func:`_planes` if already computed."""
     pp = plan.on_plane
     pick = (lambda x: x) if rows is None else (lambda x: x.index_select(0, rows))  # noqa: E731
     slot, point, radius, plane = pick(pp.slot), pick(pp.point), pick(pp.radius)[:, None], pick(pp.plane)
-    Rs, x = R.index_select(0, slot), p.index_select(0, slot)  # (Kp', 3, 3, N), (Kp', 3, N)
-    for column, coordinate in zip(Rs.unbind(2), point[:, :, None, None].unbind(1)):
-        x = torch.addcmul(x, column, coordinate)  # world point p + R point
-    normal, origin = _planes(plan, R, p)
+    x = _rotate(R.index_select(0, slot), point, p.index_select(0, slot))  # world points (Kp', 3, N)
+    normal, origin = _planes(plan, R, p) if planes is None else planes
     if normal.shape[0] > 1:
         normal, origin = normal.index_select(0, plane), origin.index_select(0, plane)
     height = _dot(x - origin, normal)
@@ -1049,12 +1050,12 @@ def _points_on_planes(plan: ContactPlan, R: torch.Tensor, p: torch.Tensor, rows:
     return pos, normal.expand_as(pos), radius - height
 
 
-def _plane_depths(plan: ContactPlan, R: torch.Tensor, p: torch.Tensor):
+def _plane_depths(plan: ContactPlan, R: torch.Tensor, p: torch.Tensor, planes):
     """(Kp, N) depths of ``plan.on_plane``'s contacts against its single plane, without
     placing the points: ``height = n . (p_s + R_s x - o) = n . p_s + (R_s^T n) . x - n . o``
-    with ``R_s^T n`` and ``n . p_s`` once per slot."""
+    with ``R_s^T n`` and ``n . p_s`` once per slot. ``planes``: :func:`_planes`."""
     pp = plan.on_plane
-    normal, origin = _planes(plan, R, p)  # (1, 3, N)
+    normal, origin = planes  # (1, 3, N)
     n = normal.unbind(1)
     along = _dot(p, normal) - _dot(origin, normal)  # (S, N) height of each slot origin
     local = None  # (S, 3, N) R_s^T n, the normal in each slot's frame
@@ -1068,8 +1069,23 @@ def _plane_depths(plan: ContactPlan, R: torch.Tensor, p: torch.Tensor):
 
 def _planes(plan: ContactPlan, R, p):
     """World normals and origins ``(Pl, 3, N)`` of ``plan.on_plane``'s planes."""
-    R_plane, origin = _geom_poses_last(plan, R, p, plan.on_plane.plane_geom)
-    return R_plane[:, :, 2], origin  # the plane's z axis
+    pp = plan.on_plane
+    idx = pp.plane_slot.clamp(min=0)
+    Rs = R.index_select(0, idx)
+    normal, origin = _rotate(Rs, pp.plane_axis), _rotate(Rs, pp.plane_pos, p.index_select(0, idx))
+    if plan.has_static:
+        static = (pp.plane_slot < 0)[:, None, None]
+        normal = torch.where(static, pp.plane_axis[..., None], normal)
+        origin = torch.where(static, pp.plane_pos[..., None], origin)
+    return normal, origin
+
+
+def _rotate(R, x, add=None):
+    """``add + R x`` (k, 3, N) for rotations ``R (k, 3, 3, N)`` and constant vectors ``x (k, 3)``."""
+    out = add
+    for column, coordinate in zip(R.unbind(2), x[:, :, None, None].unbind(1)):
+        out = column * coordinate if out is None else torch.addcmul(out, column, coordinate)
+    return out
 
 
 def _dot(a, b):
@@ -1092,13 +1108,14 @@ class Detection:
     p: torch.Tensor
     depth: torch.Tensor
     full: tuple | None
+    planes: tuple | None = None  # the plane's (normal, origin) when full is None
 
     def rows(self, index: torch.Tensor | None = None):
         """``(pos (K', 3, N), normal (K', 3, N), depth (K', N))`` of the contacts ``index
         (K',)``, all of them when None."""
         if self.full is not None:
             return self.full if index is None else tuple(x.index_select(0, index) for x in self.full)
-        pos, normal, _ = _points_on_planes(self.plan, self.R, self.p, index)
+        pos, normal, _ = _points_on_planes(self.plan, self.R, self.p, index, self.planes)
         return pos, normal, self.depth if index is None else self.depth.index_select(0, index)
 
 
@@ -1111,8 +1128,9 @@ def detect_last(plan: ContactPlan, R: torch.Tensor, p: torch.Tensor) -> Detectio
         raise ValueError(f"detect: poses have {R.shape[0]} slots, the plan needs at least {plan.n_slots}")
     plan = plan.to(R.dtype, R.device)
     pp = plan.on_plane
-    if pp is not None and len(pp.groups) == len(plan.groups) and pp.plane_geom.numel() == 1:
-        return Detection(plan, R, p, _plane_depths(plan, R, p), None)
+    if pp is not None and len(pp.groups) == len(plan.groups) and pp.plane_slot.numel() == 1:
+        planes = _planes(plan, R, p)
+        return Detection(plan, R, p, _plane_depths(plan, R, p, planes), None, planes)
     full = _all_contacts(plan, R, p)
     return Detection(plan, R, p, full[2], full)
 
