@@ -173,6 +173,17 @@ def test_bench_quick(capsys):
     assert code == 0 and "float32 speed-up" in out
 
 
+def test_bench_without_pinocchio_reports_configurations_per_second(capsys):
+    code, out, _ = run(capsys, "bench", "--quick", "--no-adam", "--no-pinocchio")
+    assert code == 0 and "Pinocchio skipped (--no-pinocchio)" in out
+    row = next(line for line in out.splitlines() if line.startswith("| mass_matrix |"))
+    _, pin, time, rate, ratio, *_ = [cell.strip() for cell in row.split("|")[1:]]
+    assert pin == "-" and ratio == "-"
+    value, unit = time.split()
+    seconds = float(value) * {"ms": 1e-3, "us": 1e-6}[unit]
+    assert float(rate.replace(",", "")) == pytest.approx(8 / seconds, rel=0.01)  # --quick: B = 8
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="mallopt is glibc's")
 def test_bench_says_which_allocator_it_ran_with():
     code = "from torchrbd.cli import main; main(['bench', '--quick'])"

@@ -178,6 +178,8 @@ def main(argv=None) -> list:
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--compile", action="store_true", help="also time the torch.compile'd path")
     ap.add_argument("--no-adam", action="store_true")
+    ap.add_argument("--no-pinocchio", action="store_true",
+                    help="skip Pinocchio's loop (for batches where it takes seconds, e.g. on a GPU at B = 1M)")
     ap.add_argument("--quick", action="store_true", help="tiny run (embedded arm, B=8, 2 repeats)")
     args = ap.parse_args(argv)
     if args.quick:
@@ -207,13 +209,14 @@ def main(argv=None) -> list:
         ours = torchrbd_cases(path, joints, frame, B, dtype, device)
         comp = torchrbd_cases(path, joints, frame, B, dtype, device, compile_=True) if args.compile else {}
         f32 = torchrbd_cases(path, joints, frame, B, torch.float32, device) if args.dtype == "both" else {}
-        pin_cases, pin_note = pinocchio_cases(path, joints, frame, B)
+        pin_cases, pin_note = ((None, "Pinocchio skipped (--no-pinocchio)") if args.no_pinocchio
+                               else pinocchio_cases(path, joints, frame, B))
         adam, adam_note = (None, "adam skipped (--no-adam)") if args.no_adam else adam_cases(path, joints, frame, B, dtype)
         print(f"\n## batch {B}")
         if pin_cases is None or adam is None:
             print(" ".join(f"note: {x}." for x, c in ((pin_note, pin_cases), (adam_note, adam)) if c is None))
-        head = "| quantity | Pinocchio loop | torchrbd | ratio |"
-        sep = "|---|---|---|---|"
+        head = "| quantity | Pinocchio loop | torchrbd | torchrbd configs/s | ratio |"
+        sep = "|---|---|---|---|---|"
         if comp:
             head += " torchrbd compiled | ratio |"
             sep += "---|---|"
@@ -235,14 +238,15 @@ def main(argv=None) -> list:
             t, tp, tc, t32 = times["torchrbd"], times.get("pinocchio"), times.get("compiled"), times.get("float32")
             row = dict(batch=B, quantity=name, pinocchio=tp, torchrbd=t, compiled=tc, float32=t32, adam=ta)
             rows.append(row)
-            line = f"| {name} | {_fmt(tp)} | {_fmt(t)} | {f'{t / tp:.2f}x' if tp else '-'} |"
+            line = f"| {name} | {_fmt(tp)} | {_fmt(t)} | {B / t:,.0f} | {f'{t / tp:.2f}x' if tp else '-'} |"
             if comp:
                 line += f" {_fmt(tc)} | {f'{tc / tp:.2f}x' if tp else '-'} |"
             if f32:
                 line += f" {_fmt(t32)} | {f'{t32 / tp:.2f}x' if tp else '-'} | {t / t32:.2f}x |"
             line += f" {_fmt(ta)} | {f'{ta / t:.0f}x' if ta else '-'} |"
             print(line)
-    print("\nratio = torchrbd time / Pinocchio time (below 1 means torchrbd is faster).")
+    print("\nratio = torchrbd time / Pinocchio time (below 1 means torchrbd is faster); "
+          "configs/s = batch size / torchrbd time.")
     return rows
 
 
