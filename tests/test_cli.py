@@ -204,3 +204,20 @@ def test_console_script_entry_point():
     if not eps:
         pytest.skip("package not installed with its entry points")
     assert eps[0].value == "torchrbd.cli:main"
+
+
+def test_bench_pauses_before_single_threaded_samples(monkeypatch):
+    """torch's OpenMP threads spin for milliseconds after each operator: Pinocchio's
+    samples start after a pause when torch runs several threads, and only then."""
+    from torchrbd import bench
+
+    slept = []
+    monkeypatch.setattr(bench.time, "sleep", slept.append)
+    calls = {"torchrbd": lambda: None, "pinocchio": lambda: None}
+    monkeypatch.setattr(bench.torch, "get_num_threads", lambda: 2)
+    bench._timeit(calls, repeat=3)
+    assert slept == [bench._SPIN_SETTLE_S] * 3
+    slept.clear()
+    monkeypatch.setattr(bench.torch, "get_num_threads", lambda: 1)
+    bench._timeit(calls, repeat=3)
+    assert slept == []

@@ -37,16 +37,28 @@ def _robot(name: str):
     return str(models.path(name, "urdf")), None, frames.get(name, models.load(name).model.link_names[-1])
 
 
-def _timeit(fns: dict, repeat: int, sync=None) -> dict:
+_SPIN_SETTLE_S = 0.05
+
+
+def _timeit(fns: dict, repeat: int, sync=None, single_threaded=("pinocchio",)) -> dict:
     """{name: median wall time per call, s} for the callables ``fns`` (None skipped).
 
     Three warm-up calls each; each sample runs one callable enough times in a row to
     last about 5 ms (microsecond calls are timed in steady state), and the samples of
     the callables are interleaved, so that a load spike on this shared machine hits
-    every column alike instead of one."""
-    fns = {k: f for k, f in fns.items() if f is not None}
+    every column alike instead of one.
 
-    def run(fn, number):
+    After each parallel operator, torch's OpenMP threads keep spinning for some
+    milliseconds (libgomp's default wait policy); a single-threaded C++ loop timed right
+    after a torch call shares the CPU with them (Pinocchio's loop measured up to 1.5x
+    slower here). So the samples of the ``single_threaded`` callables start after a
+    pause of ``_SPIN_SETTLE_S`` when torch runs more than one thread."""
+    fns = {k: f for k, f in fns.items() if f is not None}
+    settle = _SPIN_SETTLE_S if torch.get_num_threads() > 1 else 0.0
+
+    def run(fn, number, pause=0.0):
+        if pause:
+            time.sleep(pause)
         if sync:
             sync()
         t0 = time.perf_counter()
@@ -64,7 +76,7 @@ def _timeit(fns: dict, repeat: int, sync=None) -> dict:
     samples = {k: [] for k in fns}
     for _ in range(repeat):
         for k, fn in fns.items():
-            samples[k].append(run(fn, numbers[k]))
+            samples[k].append(run(fn, numbers[k], settle if k in single_threaded else 0.0))
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
