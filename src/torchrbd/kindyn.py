@@ -322,11 +322,20 @@ class KinDynComputations:
     @staticmethod
     def _chain_scatter(model, kin, base, chain_cols):
         """(6, 6+n, B) Jacobian-shaped: ``base`` (6, 6, B) rows, the chain's columns
-        ``chain_cols`` (k, 6, B) in place, zeros elsewhere."""
-        nonzero = torch.cat([base, chain_cols.transpose(0, 1)], 1)  # (6, 6+k, B)
-        J = nonzero.new_zeros(6, 6 + model.n, nonzero.shape[-1])
-        J[:, kin.chain.columns] = nonzero
-        return J
+        ``chain_cols`` (k, 6, B) in place, zeros elsewhere; one concatenation of the
+        base, the chain's runs of consecutive columns and zero blocks between them
+        (one pass, where zero-filling then scattering would make two)."""
+        cols, B, N = chain_cols.transpose(0, 1), base.shape[-1], 6 + model.n
+        zero = base.new_zeros(())
+        pieces, at = [base], 6
+        for col, k, length in kin.chain.runs:
+            if col > at:
+                pieces.append(zero.expand(6, col - at, B))
+            pieces.append(cols[:, k:k + length])
+            at = col + length
+        if at < N:
+            pieces.append(zero.expand(6, N - at, B))
+        return torch.cat(pieces, 1)
 
     def relative_jacobian(self, frame: str, joint_positions) -> torch.Tensor:
         """(..., 6, n): joint columns of the Jacobian with the base at the world origin

@@ -150,11 +150,13 @@ class Chain:
     """The bodies on the path from the base's child down to one body (root side
     first; empty for the base): ``bodies`` and ``dofs`` (k,) long, their coordinates;
     ``columns`` (6+k,) the columns of the generalized velocity that move the body
-    (the base's 6, then ``6 + dofs``)."""
+    (the base's 6, then ``6 + dofs``); ``runs`` the joint columns as runs of consecutive
+    coordinates, ``(first column, position along the chain, length)`` by column."""
 
     bodies: torch.Tensor
     dofs: torch.Tensor
     columns: torch.Tensor
+    runs: tuple
 
     def __len__(self) -> int:
         return self.bodies.shape[0]
@@ -168,10 +170,17 @@ def _chain(parents: tuple, body_dof: tuple, body: int, device: str) -> Chain:
         body = parents[body]
     path.reverse()
     dofs = [body_dof[b] for b in path]
+    runs = []
+    for k, d in enumerate(dofs):
+        if runs and runs[-1][1] + runs[-1][2] == k and runs[-1][0] + runs[-1][2] == 6 + d:
+            runs[-1][2] += 1
+        else:
+            runs.append([6 + d, k, 1])
     return Chain(
         bodies=torch.tensor(path, dtype=torch.long, device=device),
         dofs=torch.tensor(dofs, dtype=torch.long, device=device),
         columns=torch.tensor(list(range(6)) + [6 + d for d in dofs], dtype=torch.long, device=device),
+        runs=tuple(sorted(tuple(r) for r in runs)),
     )
 
 
