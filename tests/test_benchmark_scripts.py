@@ -1,0 +1,46 @@
+"""The scripts in benchmarks/ still run against the current API (tiny sizes here; the
+numbers they print are for BENCHMARKS.md, not asserted)."""
+
+import runpy
+from pathlib import Path
+
+import pytest
+import torch
+
+from torchrbd.sim import runtime
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture
+def sim_settings():
+    """The scripts call gs.init: give the other tests their settings back."""
+    saved = dict(runtime._SETTINGS)
+    yield
+    runtime._SETTINGS.clear()
+    runtime._SETTINGS.update(saved)
+
+
+def _script(name: str) -> dict:
+    return runpy.run_path(str(BENCHMARKS / f"{name}.py"), run_name=name)
+
+
+def test_bench_contacts_prints_a_row_per_size(capsys, sim_settings):
+    pytest.importorskip("mujoco")
+    _script("bench_contacts")["main"](["--n-envs", "2", "--seconds", "0", "--settle", "0.004", "--precision", "64"])
+    out = capsys.readouterr().out
+    assert "| 2 | float64 |" in out and "MuJoCo" in out
+
+
+def test_gpu_check_pieces_run_on_the_cpu(sim_settings):
+    g = _script("gpu_check")
+    kd = g["torchrbd"].models.load("quadruped")
+    out = g["quantities"](kd, "FL_foot", "cpu", B=2)
+    n = kd.NDoF
+    assert out["mass_matrix"].shape == (2, 6 + n, 6 + n) and out["d|aba|^2/dq"].shape == (2, n)
+    assert all(torch.isfinite(x).all() for x in out.values())
+    qpos, vel = g["simulate"]("cpu", n_envs=2, steps=3)
+    assert qpos.shape[0] == 2 and torch.isfinite(qpos).all() and torch.isfinite(vel).all()
+    if not torch.cuda.is_available():
+        assert g["main"]([]) == 1  # says so and stops
+
