@@ -112,6 +112,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 import torch
 
+from ..algorithms.batchlast import mm, mtv, mv
 from ..model.model import Geom, GeomType, Model
 
 _EPS = 1e-9  # m: vectors shorter than this are treated as zero (safe norm / fallback)
@@ -992,20 +993,23 @@ class Contacts:
 def geom_poses(plan: ContactPlan, R: torch.Tensor, p: torch.Tensor):
     """World poses of every geom: ``(R (..., G, 3, 3), p (..., G, 3))``.
 
-    ``R (..., S, 3, 3)``, ``p (..., S, 3)``: world poses of the slots.
+    ``R (..., S, 3, 3)``, ``p (..., S, 3)``: world poses of the slots. Batch-first views
+    of :func:`_geom_poses_last`.
     """
     batch = torch.broadcast_shapes(R.shape[:-3], p.shape[:-2])
-    G = plan.geom_slot.shape[0]
-    static = (plan.geom_slot < 0)
-    if R.shape[-3] == 0:
-        return plan.geom_rot.expand(batch + (G, 3, 3)), plan.geom_pos.expand(batch + (G, 3))
-    idx = plan.geom_slot.clamp(min=0)
-    Rs, ps = R[..., idx, :, :], p[..., idx, :]
-    Rw = Rs @ plan.geom_rot
-    pw = (Rs @ plan.geom_pos[..., None])[..., 0] + ps
-    Rw = torch.where(static[:, None, None], plan.geom_rot, Rw)
-    pw = torch.where(static[:, None], plan.geom_pos, pw)
-    return Rw.expand(batch + (G, 3, 3)), pw.expand(batch + (G, 3))
+    R_last, p_last = _slots_last(R, p, batch)
+    Rg, pg = _geom_poses_last(plan, R_last, p_last)
+    G = Rg.shape[0]
+    return Rg.movedim(-1, 0).reshape(batch + (G, 3, 3)), pg.movedim(-1, 0).reshape(batch + (G, 3))
+
+
+def _slots_last(R: torch.Tensor, p: torch.Tensor, batch: tuple):
+    """Batch-first slot poses ``R (..., S, 3, 3)``, ``p (..., S, 3)`` broadcast to ``batch``
+    and flattened batch-last: ``(S, 3, 3, N)``, ``(S, 3, N)``."""
+    N, S = math.prod(batch), R.shape[-3]
+    R_last = R.expand(batch + R.shape[-3:]).reshape(N, S, 3, 3).permute(1, 2, 3, 0).contiguous()
+    p_last = p.expand(batch + p.shape[-2:]).reshape(N, S, 3).permute(1, 2, 0).contiguous()
+    return R_last, p_last
 
 
 def _on_plane(g: _PairGroup) -> bool:
@@ -1023,8 +1027,7 @@ def _geom_poses_last(plan: ContactPlan, R: torch.Tensor, p: torch.Tensor):
     idx = plan.geom_slot.clamp(min=0)
     Rs, ps = R.index_select(0, idx), p.index_select(0, idx)  # (G, 3, 3, N), (G, 3, N)
     rot, pos = rot[..., None], pos[..., None]
-    Rw = Rs[:, :, 0:1] * rot[:, None, 0] + Rs[:, :, 1:2] * rot[:, None, 1] + Rs[:, :, 2:3] * rot[:, None, 2]
-    pw = ps + Rs[:, :, 0] * pos[:, None, 0] + Rs[:, :, 1] * pos[:, None, 1] + Rs[:, :, 2] * pos[:, None, 2]
+    Rw, pw = mm(Rs, rot), mv(Rs, pos) + ps
     if plan.has_static:
         static = plan.geom_slot < 0
         Rw = torch.where(static[:, None, None, None], rot, Rw)
@@ -1056,11 +1059,8 @@ def _plane_depths(plan: ContactPlan, R: torch.Tensor, p: torch.Tensor, planes):
     with ``R_s^T n`` and ``n . p_s`` once per slot. ``planes``: :func:`_planes`."""
     pp = plan.on_plane
     normal, origin = planes  # (1, 3, N)
-    n = normal.unbind(1)
     along = _dot(p, normal) - _dot(origin, normal)  # (S, N) height of each slot origin
-    local = None  # (S, 3, N) R_s^T n, the normal in each slot's frame
-    for row, n_i in zip(R.unbind(1), n):
-        local = row * n_i[:, None] if local is None else torch.addcmul(local, row, n_i[:, None])
+    local = mtv(R, normal)  # (S, 3, N) R_s^T n, the normal in each slot's frame
     height = along.index_select(0, pp.slot)
     for m_j, x_j in zip(local.index_select(0, pp.slot).unbind(1), pp.point[:, :, None].unbind(1)):
         height = torch.addcmul(height, m_j, x_j)
@@ -1082,10 +1082,8 @@ def _planes(plan: ContactPlan, R, p):
 
 def _rotate(R, x, add=None):
     """``add + R x`` (k, 3, N) for rotations ``R (k, 3, 3, N)`` and constant vectors ``x (k, 3)``."""
-    out = add
-    for column, coordinate in zip(R.unbind(2), x[:, :, None, None].unbind(1)):
-        out = column * coordinate if out is None else torch.addcmul(out, column, coordinate)
-    return out
+    out = mv(R, x[..., None])
+    return out if add is None else out + add
 
 
 def _dot(a, b):
@@ -1168,10 +1166,7 @@ def detect(plan: ContactPlan, R: torch.Tensor, p: torch.Tensor) -> Contacts:
     if R.shape[-3] < plan.n_slots:
         raise ValueError(f"detect: poses have {R.shape[-3]} slots, the plan needs at least {plan.n_slots}")
     batch = torch.broadcast_shapes(R.shape[:-3], p.shape[:-2])
-    N, S = math.prod(batch), R.shape[-3]
-    R_last = R.expand(batch + R.shape[-3:]).reshape(N, S, 3, 3).permute(1, 2, 3, 0).contiguous()
-    p_last = p.expand(batch + p.shape[-2:]).reshape(N, S, 3).permute(1, 2, 0).contiguous()
-    return contacts_first(plan, *detect_last(plan, R_last, p_last).rows(), batch)
+    return contacts_first(plan, *detect_last(plan, *_slots_last(R, p, batch)).rows(), batch)
 
 
 def contacts_first(plan: ContactPlan, pos, normal, depth, batch=None) -> Contacts:
