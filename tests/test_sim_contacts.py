@@ -317,10 +317,10 @@ def test_damping_parameters_give_p_transpose_d_p():
     n = n / n.norm(dim=1, keepdim=True)
     a, b = torch.rand(5, 1, 2, generator=g, dtype=torch.float64), torch.randn(5, 1, 2, generator=g, dtype=torch.float64)
     params = contact_stage._damping_parameters(r, n, a, b)
-    lam = contact_stage._damping_matrix(params)
+    lam = params.unflatten(1, (6, 6))  # row-major 6 x 6
     S = torch.randn(5, 6, 2, generator=g, dtype=torch.float64)
     torch.testing.assert_close(
-        contact_stage._damping_times(params, S), torch.einsum("kijb,kjb->kib", lam, S), rtol=1e-12, atol=1e-12
+        contact_stage._matrix_times(params, S), torch.einsum("kijb,kjb->kib", lam, S), rtol=1e-12, atol=1e-12
     )
     from torchrbd.spatial import skew
 

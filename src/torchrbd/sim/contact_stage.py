@@ -100,7 +100,7 @@ from .. import algorithms as alg
 from ..errors import ModelError
 from ..model.mjcf import WORLD
 from ..model.model import GeomType
-from ..algorithms.batchlast import cross, mask_sum
+from ..algorithms.batchlast import cross, mask_sum, matmul
 from ..spatial import quat_to_matrix
 from . import dynamics as dyn
 from .collision import CollisionGeom, ContactPlan, Contacts, Detection, contacts_first, detect_last, geoms_from_model, model_slot_parent
@@ -596,21 +596,7 @@ def _point_inertia(m, r):
     return torch.stack([x for row in rows for x in row], 1).unflatten(1, (6, 6))
 
 
-def _damping_matrix(params):
-    """(k, 6, 6, B) damping matrices ``Lambda`` from their entries (k, 36, B)."""
-    return params.unflatten(1, (6, 6))
-
-
-def _damping_times(params, S):
-    """``Lambda S`` (k, 6, B) for damping matrices (k, 36, B) and twists S (k, 6, B)."""
-    return _matrix_times(params, S)
-
-
 def _matrix_times(M, S):
     """``M S`` (k, r, B) for matrices stored row-major ``M (k, r * 6, B)`` and twists
-    ``S (k, 6, B)``: six fused multiply-adds over rows of length B."""
-    M = M.unflatten(1, (-1, 6))
-    out = None
-    for column, x in zip(M.unbind(2), S[:, None].unbind(2)):
-        out = column * x if out is None else torch.addcmul(out, column, x)
-    return out
+    ``S (k, 6, B)``."""
+    return matmul(M.unflatten(1, (-1, 6)), S[:, :, None])[:, :, 0]
