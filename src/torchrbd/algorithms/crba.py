@@ -15,21 +15,21 @@ from __future__ import annotations
 import torch
 
 from .inertia import SpatialInertia
-from .kinematics import Kinematics
+from .kinematics import Kinematics, dof_subspaces
 from .batchlast import matmul
 from .topology import topology
 
 
 def mass_matrix_top(model, kin: Kinematics, inertia: SpatialInertia):
-    """Base rows of the joint-space inertia for the base twist about O (world axes).
+    """Base rows of the joint-space inertia for the base twist about O (world axes),
+    from the whole-tree kinematics of :func:`~.kinematics.forward`.
 
     Returns ``(Mbb, F, S)``: ``Mbb`` (6, 6, B) the composite inertia of the whole
     robot, ``F`` (n, 6, B) with ``F_b = Ic_b S_b`` (the base-joint coupling
     column of coordinate b) and ``S`` (n, 6, B) the coordinates' motion subspaces.
     """
-    topo = topology(model)
     Ic = inertia.subtree_sums(model)  # row 0 the whole robot, then one per coordinate
-    S = kin.S[topo.body_of_dof]
+    S = dof_subspaces(model, kin)
     (m0, m), (h0, h), (J0, J) = (x.split_with_sizes([1, model.n]) for x in (Ic.m, Ic.h, Ic.J))
     F = SpatialInertia(m, h, J).apply(S)
     Mbb = SpatialInertia(m0, h0, J0).matrix()[0]

@@ -24,12 +24,15 @@ class Kinematics:
       reference origin O, world axes, linear-first (row 0, the base, is zero):
       revolute ``[o x s; s]``, prismatic ``[s; 0]`` with s the world axis and o
       the joint origin.
+    * ``S_dof`` (n, 6, B): ``S`` at each coordinate's body, the rows the CRBA and RNEA
+      use; gathered on first use by :func:`dof_subspaces` and kept here.
     """
 
     R: torch.Tensor
     p: torch.Tensor
     S: torch.Tensor
     chain: Chain | None = None  # set by chain_forward: rows for these bodies only
+    S_dof: torch.Tensor | None = None
 
 
 def per_body(model: Model, x: torch.Tensor) -> torch.Tensor:
@@ -193,6 +196,14 @@ def chain_rows(model: Model, kin: Kinematics, body: int) -> Kinematics:
 def forward(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: torch.Tensor) -> Kinematics:
     R, p = body_poses(model, base_R, base_p, q)
     return Kinematics(R=R, p=p, S=motion_subspaces(model, R, p))
+
+
+def dof_subspaces(model: Model, kin: Kinematics) -> torch.Tensor:
+    """``kin.S_dof`` (n, 6, B) of whole-tree kinematics (:func:`forward`): gathered once,
+    then shared by every algorithm that runs on ``kin``."""
+    if kin.S_dof is None:
+        kin.S_dof = kin.S.index_select(0, topology(model).body_of_dof)
+    return kin.S_dof
 
 
 def link_poses(model: Model, kin: Kinematics):

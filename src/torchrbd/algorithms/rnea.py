@@ -12,7 +12,7 @@ import torch
 
 from .batchlast import cross, halves, mask_sum, pair
 from .inertia import SpatialInertia
-from .kinematics import Kinematics, per_body
+from .kinematics import Kinematics, dof_subspaces, per_body
 from .topology import topology
 
 
@@ -38,7 +38,8 @@ def body_velocities(model, kin: Kinematics, V0, qd):
 
 
 def rnea_mixed(model, kin: Kinematics, inertia: SpatialInertia, V0, A0, qd, qdd, body_wrenches=None):
-    """Generalized forces (6+n, B) for the base twist about O (world axes).
+    """Generalized forces (6+n, B) for the base twist about O (world axes), from the
+    whole-tree kinematics ``kin`` of :func:`~.kinematics.forward`.
 
     ``V0``/``A0`` (6, B): base twist and spatial acceleration about the world
     origin (gravity included in A0 as ``-[g; 0]``). ``qd``/``qdd`` (n, B); ``qdd=None``
@@ -58,5 +59,5 @@ def rnea_mixed(model, kin: Kinematics, inertia: SpatialInertia, V0, A0, qd, qdd,
         f = f - body_wrenches
     F = mask_sum(topo.subtrees, f)  # the total wrench, then one per coordinate's subtree
     F0, F = F.split_with_sizes([1, model.n])
-    tau = (kin.S[topo.body_of_dof] * F).sum(1)
+    tau = (dof_subspaces(model, kin) * F).sum(1)
     return torch.cat([F0[0], tau], 0)

@@ -116,7 +116,7 @@ class StageKinematics:
     :mod:`torchrbd.algorithms`): ``kin`` with the base placed at the origin (positions
     relative to ``p0``, twists about ``p0``, world axes), ``nu (6, B)`` the MIXED base
     velocity (0 for a fixed base), ``qd_bl (n, B)``; ``S (n, 6, B)`` the joint twists
-    per coordinate (``kin.S`` at each coordinate's body).
+    per coordinate (``kin.S_dof``, see :func:`~torchrbd.algorithms.dof_subspaces`).
     """
 
     model: object  # torchrbd Model of the entity (its kd's)
@@ -145,8 +145,7 @@ def _kinematics(model, R0, p0, quat_cur, q, qd, nu) -> StageKinematics:
     R_bl = R0.permute(1, 2, 0).contiguous()
     kin = alg.forward(model, R_bl, torch.zeros_like(R_bl[0]), q.T.contiguous())
     nu_bl = torch.zeros_like(R_bl[:2].reshape(6, -1)) if nu is None else nu.T.contiguous()
-    S = kin.S[alg.topology(model).body_of_dof]
-    return StageKinematics(model, R0, p0, quat_cur, q, qd, kin, nu_bl, qd.T.contiguous(), S)
+    return StageKinematics(model, R0, p0, quat_cur, q, qd, kin, nu_bl, qd.T.contiguous(), alg.dof_subspaces(model, kin))
 
 
 def stage_kinematics(ent: EntityStatics, ctrl: EntityControl, qpos, vel) -> StageKinematics:
