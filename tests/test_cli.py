@@ -221,3 +221,17 @@ def test_bench_pauses_before_single_threaded_samples(monkeypatch):
     monkeypatch.setattr(bench.torch, "get_num_threads", lambda: 1)
     bench._timeit(calls, repeat=3)
     assert slept == []
+
+
+def test_bench_samples_start_with_an_untimed_call(monkeypatch):
+    """Each timed sample is preceded by one call of the same callable (steady state:
+    the first call after another callable or a pause runs on cold caches)."""
+    from torchrbd import bench
+
+    log = []
+    clock = iter(range(10**6))
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: next(clock))
+    bench._timeit({"a": lambda: log.append("a"), "b": lambda: log.append("b")}, repeat=2)
+    # 2 warm-ups + 1 probe per callable (1 untimed call, 1 timed: each "takes" >= 1 tick,
+    # so number = 1), then per round and callable: 1 untimed + 1 timed call
+    assert log == ["a"] * 4 + ["b"] * 4 + ["a", "a", "b", "b"] * 2

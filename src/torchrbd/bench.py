@@ -52,13 +52,18 @@ def _timeit(fns: dict, repeat: int, sync=None, single_threaded=("pinocchio",)) -
     milliseconds (libgomp's default wait policy); a single-threaded C++ loop timed right
     after a torch call shares the CPU with them (Pinocchio's loop measured up to 1.5x
     slower here). So the samples of the ``single_threaded`` callables start after a
-    pause of ``_SPIN_SETTLE_S`` when torch runs more than one thread."""
+    pause of ``_SPIN_SETTLE_S`` when torch runs more than one thread.
+
+    Each sample starts with one untimed call: after that pause, or after the other
+    callable swept the caches, the first call of a sub-millisecond function ran 2-4x
+    slower here (a cold core), and at B=1 a sample holds only a few calls."""
     fns = {k: f for k, f in fns.items() if f is not None}
     settle = _SPIN_SETTLE_S if torch.get_num_threads() > 1 else 0.0
 
     def run(fn, number, pause=0.0):
         if pause:
             time.sleep(pause)
+        fn()  # untimed: warms the caches (and the core) for this callable
         if sync:
             sync()
         t0 = time.perf_counter()
