@@ -44,6 +44,25 @@ def test_compiled_matches_eager():
     torch.testing.assert_close(kc.aba(H, q, nu, qd, tau), kd.aba(H, q, nu, qd, tau), rtol=1e-10, atol=1e-10)
 
 
+def test_compiled_mass_matrix_of_a_tree_with_armature_in_each_representation():
+    """A branched tree with rotor inertia (the MJCF humanoid): under compile the mass
+    matrix is assembled from its distinct entries only; it matches eager, zeros and
+    mirror included, and comes back batch-first and contiguous. Switching the
+    representation recompiles: aba once kept the representation it was traced with
+    (dynamo lost the guard on an enum attribute also reached from a module global)."""
+    kd = torchrbd.models.load("humanoid", format="mjcf")
+    assert kd.model.has_armature
+    H, q, nu, qd, tau = _inputs(kd, B=3)
+    torch._dynamo.reset()
+    kc = kd.compiled(backend="eager")
+    for rep in torchrbd.Representations:
+        kd.set_frame_velocity_representation(rep)
+        kc.set_frame_velocity_representation(rep)
+        M = kc.mass_matrix(H, q)
+        torch.testing.assert_close(M, kd.mass_matrix(H, q), rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(kc.aba(H, q, nu, qd, tau), kd.aba(H, q, nu, qd, tau), rtol=1e-10, atol=1e-10)
+
+
 def test_inductor_frame_kinematics_match_eager():
     """forward_kinematics and jacobian compile with their own inductor options
     (KinDynComputations._SHORT_CHAINS): the generated code gives the eager results."""

@@ -154,9 +154,21 @@ class KinDynComputations:
 
     def set_frame_velocity_representation(self, representation: Representations) -> None:
         """Choose BODY_FIXED, MIXED (default) or INERTIAL_FIXED for every later call."""
+        self.representation = representation
+
+    @property
+    def representation(self) -> Representations:
+        """The velocity representation of every later call (a ``Representations`` member)."""
+        return self._representation
+
+    @representation.setter
+    def representation(self, representation: Representations) -> None:
         if not isinstance(representation, Representations):
             raise InputError(f"expected a torchrbd.Representations member, got {representation!r}")
-        self.representation = representation
+        self._representation = representation
+        # what the methods read: its value string, which torch.compile guards by value
+        # (see algorithms/representation.py)
+        self._rep = representation.value
 
     def get_total_mass(self) -> torch.Tensor:
         return self._model.link_mass.sum()
@@ -313,7 +325,7 @@ class KinDynComputations:
         (:func:`~torchrbd.algorithms.chain_forward` or ``chain_rows``). Only the base
         columns and those of the chain's coordinates are nonzero: convert those (as
         twists, then the base block by T) and scatter them."""
-        rep = self.representation
+        rep = self._rep
         _, RF, pF = alg.frame_pose(model, kin, frame)
         cols = rep_.twists_to_rep(rep, alg.chain_columns(kin), RF, pF, p)  # (6+k, 6, B)
         base = rep_.rows_times_T(rep, cols[:6].transpose(0, 1), R, p)
@@ -353,7 +365,7 @@ class KinDynComputations:
             base_velocity=base_velocity, joint_velocities=joint_velocities,
         )
         model.frame(frame)
-        rep = self.representation
+        rep = self._rep
         kin, R, p = self._state(model, a, frame)
         nu, qd = self._bl(a["base_velocity"]), self._bl(a["joint_velocities"])
         _, RF, pF = alg.frame_pose(model, kin, frame)
@@ -378,7 +390,7 @@ class KinDynComputations:
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
         kin, R, p = self._state(model, a)
         lin = self._momentum_rows(model, kin)[:3]  # linear momentum = total mass x CoM velocity
-        lin = torch.cat([rep_.rows_times_T(self.representation, lin[:, :6], R, p), lin[:, 6:]], 1)
+        lin = torch.cat([rep_.rows_times_T(self._rep, lin[:, :6], R, p), lin[:, 6:]], 1)
         return self._out(lin / model.link_mass.sum(), bs)
 
     # ------------------------------------------------------------- dynamics
@@ -400,7 +412,7 @@ class KinDynComputations:
         """(..., 6+n, 6+n) joint-space inertia (CRBA) in the chosen representation."""
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
         kin, R, p = self._state(model, a)
-        M, _ = self._mass_matrix(model, kin, R, p, self.representation)
+        M, _ = self._mass_matrix(model, kin, R, p, self._rep)
         return M.reshape(*bs, *M.shape[1:])
 
     def centroidal_momentum_matrix(self, base_transform, joint_positions) -> torch.Tensor:
@@ -409,7 +421,7 @@ class KinDynComputations:
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
         kin, R, p = self._state(model, a)
         com, _ = alg.center_of_mass(model, kin.R, kin.p)
-        rep = self.representation
+        rep = self._rep
         h = self._momentum_rows(model, kin)
         h = rep_.momentum_to_centroidal(rep, h.transpose(0, 1), R, com).transpose(0, 1)
         h = torch.cat([rep_.rows_times_T(rep, h[:, :6], R, p), h[:, 6:]], 1)
@@ -417,7 +429,7 @@ class KinDynComputations:
 
     def _rnea(self, model, kin, R, p, nu, qd, nud=None, qdd=None, *, gravity=True, inertia=None, wrenches=None):
         """Generalized forces (6+n, B) in the representation; arguments batch-last."""
-        rep = self.representation
+        rep = self._rep
         inertia = inertia if inertia is not None else alg.world_inertias(model, kin.R, kin.p)
         V0 = rep_.to_internal(rep, R, p, nu)
         A0 = rep_.T_dot_nu(rep, nu)
@@ -488,7 +500,7 @@ class KinDynComputations:
         """``(M, h)`` as :meth:`mass_matrix` and :meth:`bias_force`, sharing one forward
         kinematics (what a simulator step needs)."""
         model, bs, a, kin, R, p = self._velocity_inputs(base_transform, joint_positions, base_velocity, joint_velocities)
-        M, inertia = self._mass_matrix(model, kin, R, p, self.representation)
+        M, inertia = self._mass_matrix(model, kin, R, p, self._rep)
         h = self._rnea(model, kin, R, p, self._bl(a["base_velocity"]), self._bl(a["joint_velocities"]), inertia=inertia)
         return M.reshape(*bs, *M.shape[1:]), self._out(h, bs)
 
@@ -537,7 +549,7 @@ class KinDynComputations:
             base_transform, joint_positions, base_velocity, joint_velocities, joint_torques=joint_torques,
         )
         w = self._wrenches(external_wrenches, bs, model, a["joint_positions"])
-        rep = self.representation
+        rep = self._rep
         nu, qd = self._bl(a["base_velocity"]), self._bl(a["joint_velocities"])
         # Solve in the internal coordinates (base twist about the base origin, world
         # axes): there M is as well conditioned wherever the robot is, and the base

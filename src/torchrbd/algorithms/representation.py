@@ -39,17 +39,23 @@ class Representations(Enum):
     INERTIAL_FIXED_REPRESENTATION = "inertial"
 
 
-BODY = Representations.BODY_FIXED_REPRESENTATION
-MIXED = Representations.MIXED_REPRESENTATION
-INERTIAL = Representations.INERTIAL_FIXED_REPRESENTATION
+# The functions below take a representation by its value: "body", "mixed" or
+# "inertial" (``Representations.X.value``), not by the enum member. torch.compile's
+# dynamo tracks an enum member by identity: reached both from a module global here
+# and from ``KinDynComputations``'s attribute, the attribute lost its guard and a
+# compiled method kept the representation it was traced with (found in aba).
+# Strings are guarded by value.
+BODY = Representations.BODY_FIXED_REPRESENTATION.value
+MIXED = Representations.MIXED_REPRESENTATION.value
+INERTIAL = Representations.INERTIAL_FIXED_REPRESENTATION.value
 
 
 def to_internal(rep, R, pB, nu):
     """Base velocity (6, B) in ``rep`` -> internal twist T nu (6, B). R (3, 3, B), pB (3, B)."""
     v, w = halves(nu, 0)
-    if rep is BODY:
+    if rep == BODY:
         return torch.cat([mv(R, v), mv(R, w)], 0)
-    if rep is INERTIAL:
+    if rep == INERTIAL:
         return torch.cat([v + cross(w, pB), w], 0)
     return nu
 
@@ -58,9 +64,9 @@ def forces_to_internal(rep, f, R, pB):
     """T^{-T} f: generalized base forces (6, B) in ``rep`` -> internal (about the base
     origin, world axes)."""
     lin, ang = halves(f, 0)
-    if rep is BODY:
+    if rep == BODY:
         return torch.cat([mv(R, lin), mv(R, ang)], 0)
-    if rep is INERTIAL:  # moment about the base origin from the moment about the world origin
+    if rep == INERTIAL:  # moment about the base origin from the moment about the world origin
         return torch.cat([lin, ang - cross(pB, lin)], 0)
     return f
 
@@ -70,20 +76,20 @@ def acceleration_from_internal(rep, a, R, pB, nu):
     ``T^{-1} (a - Tdot nu)`` with ``nu`` the base velocity in ``rep``."""
     a = a - T_dot_nu(rep, nu)
     lin, ang = halves(a, 0)
-    if rep is BODY:
+    if rep == BODY:
         return torch.cat([mtv(R, lin), mtv(R, ang)], 0)
-    if rep is INERTIAL:
+    if rep == INERTIAL:
         return torch.cat([lin + cross(pB, ang), ang], 0)
     return a
 
 
 def base_map(rep, R, pB):
     """T (6, 6, B) as a matrix (batch-last), or None for MIXED (T = 1)."""
-    if rep is MIXED:
+    if rep == MIXED:
         return None
     eye = torch.eye(3, dtype=R.dtype, device=R.device)[..., None].expand_as(R)
     zero = torch.zeros_like(R)
-    if rep is BODY:
+    if rep == BODY:
         return torch.cat([torch.cat([R, zero], 1), torch.cat([zero, R], 1)], 0)
     x, y, z = pB.unbind(0)
     o = torch.zeros_like(x)
@@ -93,7 +99,7 @@ def base_map(rep, R, pB):
 
 def T_dot_nu(rep, nu):
     """(6, B) ``Tdot nu``: ``[v x w; 0]`` for MIXED, zero otherwise."""
-    if rep is MIXED:
+    if rep == MIXED:
         v, w = halves(nu, 0)
         return torch.cat([cross(v, w), torch.zeros_like(w)], 0)
     return torch.zeros_like(nu)
@@ -101,10 +107,10 @@ def T_dot_nu(rep, nu):
 
 def rows_times_T(rep, A, R, pB):
     """A T for rows over the base columns, A (r, 6, B)."""
-    if rep is MIXED:
+    if rep == MIXED:
         return A
     lin, ang = halves(A)
-    if rep is BODY:
+    if rep == BODY:
         return torch.cat([mtv(R, lin), mtv(R, ang)], 1)
     return torch.cat([lin, ang + cross(pB, lin)], 1)  # x^T (-[pB]x) = (pB x x)^T
 
@@ -112,9 +118,9 @@ def rows_times_T(rep, A, R, pB):
 def rows_times_T_dot(rep, A, R, pB, nu):
     """A Tdot for rows A (r, 6, B) along the base velocity ``nu`` (6, B) in ``rep``."""
     lin, ang = halves(A)
-    if rep is INERTIAL:
+    if rep == INERTIAL:
         return torch.zeros_like(A)
-    if rep is MIXED:  # Tdot = [[0, [v]x], [0, 0]]
+    if rep == MIXED:  # Tdot = [[0, [v]x], [0, 0]]
         return torch.cat([torch.zeros_like(lin), cross(lin, nu[:3])], 1)
     # BODY: Tdot = [[R [w]x, [R v]x R], [0, R [w]x]] with (v, w) the body twist
     w = nu[3:]
@@ -127,23 +133,23 @@ def twists_to_rep(rep, V, R_F, r_F, pB):
     """X V for internal twists V (c, 6, B) of a frame at (R_F (3, 3, B), r_F (3, B)
     relative to the base)."""
     lin, ang = halves(V)
-    if rep is INERTIAL:
+    if rep == INERTIAL:
         return torch.cat([lin + cross(pB, ang), ang], 1)
     lin = lin - cross(r_F, ang)
-    if rep is BODY:
+    if rep == BODY:
         lin, ang = mtv(R_F, lin), mtv(R_F, ang)
     return torch.cat([lin, ang], 1)
 
 
 def twists_to_rep_dot(rep, V, R_F, r_F, V_F):
     """Xdot V for twists V (c, 6, B); ``V_F`` (6, B) is the frame's internal twist."""
-    if rep is INERTIAL:
+    if rep == INERTIAL:
         return torch.zeros_like(V)
     lin, ang = halves(V)
     w = V_F[3:]
     pd = V_F[:3] + cross(w, r_F)  # velocity of the frame origin
     d_lin = -cross(pd, ang)
-    if rep is MIXED:
+    if rep == MIXED:
         return torch.cat([d_lin, torch.zeros_like(ang)], 1)
     w_b = mtv(R_F, w)
     y_lin = lin - cross(r_F, ang)
@@ -157,6 +163,6 @@ def momentum_to_centroidal(rep, H, R_base, com):
     base; world axes, base axes for BODY)."""
     lin, ang = halves(H)
     ang = ang - cross(com, lin)
-    if rep is BODY:
+    if rep == BODY:
         lin, ang = mtv(R_base, lin), mtv(R_base, ang)
     return torch.cat([lin, ang], 1)
