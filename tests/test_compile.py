@@ -59,6 +59,7 @@ def test_compiled_mass_matrix_of_a_tree_with_armature_in_each_representation():
         kd.set_frame_velocity_representation(rep)
         kc.set_frame_velocity_representation(rep)
         M = kc.mass_matrix(H, q)
+        assert M.is_contiguous()
         torch.testing.assert_close(M, kd.mass_matrix(H, q), rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(kc.aba(H, q, nu, qd, tau), kd.aba(H, q, nu, qd, tau), rtol=1e-10, atol=1e-10)
 

@@ -58,15 +58,20 @@ def assemble(model, Mbb, F, S, T=None) -> torch.Tensor:
     else:
         top, right = T.transpose(0, 1), matmul(Mbb, T)
     if torch.compiler.is_compiling():
+        # Only G's distinct entries (K, a third of G for iCub) as batch-last
+        # multiply-sums, which inductor vectorises (a bmm on CPU would run one small
+        # product per matrix); then a small transpose to batch-first and a gather of
+        # whole values. Placing them from batch-last memory instead would leave a
+        # (N, N, B) view whose batch-first copy (for a Cholesky, or the user's next
+        # operation) costs more than the rest of the mass matrix.
         left = torch.cat([top, S, S.new_zeros(1, 6, B)], 0)  # (N+1, 6, B)
         right = torch.cat([right, F.transpose(0, 1)], 1)  # (6, N, B)
-        # inductor fuses a batch-last multiply-sum with a gather of whole rows; a bmm
-        # on CPU would run one small product per matrix
-        G = (left[:, :, None] * right[None]).sum(1)  # (N+1, N, B)
-        if model.has_armature:
-            G.diagonal(0, 0, 1)[:, 6:].add_(model.armature)
-        M = G.reshape((N + 1) * N, B).index_select(0, topo.mass_matrix_index)
-        return M.reshape(N, N, B).permute(2, 0, 1)
+        entries = topo.mass_matrix_entries
+        D = (left.index_select(0, entries // N) * right.index_select(1, entries % N).transpose(0, 1)).sum(1)
+        if model.has_armature:  # rotor inertia on the joints' diagonal
+            D = D.index_add(0, topo.mass_matrix_joint_diagonal, model.armature[:, None].expand(n, B))
+        D = D.transpose(0, 1).contiguous()  # (B, K)
+        return D.index_select(1, topo.mass_matrix_place).reshape(B, N, N)
     # the concatenations write batch-first memory directly (no cat, then a transposing copy)
     left = torch.cat([top.permute(2, 0, 1), S.permute(2, 0, 1), S.new_zeros(B, 1, 6)], 1)  # (B, N+1, 6)
     right = torch.cat([right.permute(2, 0, 1), F.permute(2, 1, 0)], 2)  # (B, 6, N)

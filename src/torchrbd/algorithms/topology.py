@@ -41,6 +41,11 @@ class Topology:
       :func:`~torchrbd.algorithms.crba.assemble`: its own entry for the base rows and
       for pairs where the row coordinate supports the column one, the mirrored entry
       for the transposed cases, and G's last row (zeros) for unrelated pairs.
+    * ``mass_matrix_entries``: (K,) the distinct values of ``mass_matrix_index``
+      (sorted), the only entries of ``G`` that the inertia holds (one of them zero),
+      and ``mass_matrix_place``: ((6+n)^2,) where each entry of the inertia is in them.
+    * ``mass_matrix_joint_diagonal``: (n,) where the joints' diagonal entries are in
+      ``mass_matrix_entries`` (where the armature is added).
     """
 
     levels: tuple
@@ -53,6 +58,9 @@ class Topology:
     link_body: torch.Tensor
     subtrees: torch.Tensor
     mass_matrix_index: torch.Tensor
+    mass_matrix_entries: torch.Tensor
+    mass_matrix_place: torch.Tensor
+    mass_matrix_joint_diagonal: torch.Tensor
     has_revolute: bool
     has_prismatic: bool
 
@@ -104,6 +112,8 @@ def _topology(parents: tuple, jtypes: tuple, body_dof: tuple, link_body: tuple, 
         return zero
 
     index = [entry(i, j) for i in range(N) for j in range(N)]
+    entries = sorted(set(index))
+    where = {e: k for k, e in enumerate(entries)}
 
     def long(x):
         return torch.tensor(x, dtype=torch.long, device=device)
@@ -128,6 +138,9 @@ def _topology(parents: tuple, jtypes: tuple, body_dof: tuple, link_body: tuple, 
         subtrees=torch.tensor([[1.0] * nb] + [[anc[k][body_of_dof[a]] for k in range(nb)] for a in range(n)],
                               device=device, dtype=dtype),
         mass_matrix_index=long(index),
+        mass_matrix_entries=long(entries),
+        mass_matrix_place=long([where[e] for e in index]),
+        mass_matrix_joint_diagonal=long([where[i * N + i] for i in range(6, N)]),
         has_revolute=JointType.REVOLUTE in jtypes,
         has_prismatic=JointType.PRISMATIC in jtypes,
     )
