@@ -80,3 +80,31 @@ def test_com(robot, rng, rep):
         close(c[b], robot.pin.com(Hs[b], q[b]))
         close(Jc[b], robot.pin.com_jacobian(rep, Hs[b], q[b]))
     close(robot.kd.get_total_mass(), robot.pin.total_mass())
+
+
+@pytest.mark.parametrize("batch", [(), (3,), (2, 3)])
+def test_outputs_are_contiguous_in_the_batch_shape(batch):
+    """Every result has the inputs' batch shape in front and contiguous memory (the
+    algorithms run batch-last; a user's ``.view`` must not meet those strides)."""
+    import torchrbd.models
+
+    kd = torchrbd.models.load("quadruped")
+    n, f = kd.NDoF, "FL_foot"
+    g = torch.Generator().manual_seed(0)
+    r = lambda *s: torch.randn(*batch, *s, generator=g, dtype=torch.float64)  # noqa: E731
+    H = torch.eye(4, dtype=torch.float64).expand(*batch, 4, 4)
+    q, nu, qd, tau = r(n), r(6), r(n), r(n)
+    results = {
+        "forward_kinematics": kd.forward_kinematics(f, H, q), "link_poses": kd.link_poses(H, q),
+        "jacobian": kd.jacobian(f, H, q), "jacobian_dot": kd.jacobian_dot(f, H, q, nu, qd),
+        "relative_jacobian": kd.relative_jacobian(f, q), "CoM_position": kd.CoM_position(H, q),
+        "CoM_jacobian": kd.CoM_jacobian(H, q), "mass_matrix": kd.mass_matrix(H, q),
+        "centroidal_momentum_matrix": kd.centroidal_momentum_matrix(H, q),
+        "bias_force": kd.bias_force(H, q, nu, qd), "coriolis_term": kd.coriolis_term(H, q, nu, qd),
+        "gravity_term": kd.gravity_term(H, q), "rnea": kd.rnea(H, q, nu, qd, nu, qd),
+        "aba": kd.aba(H, q, nu, qd, tau),
+        "mass_matrix_and_bias_force[1]": kd.mass_matrix_and_bias_force(H, q, nu, qd)[1],
+    }
+    for name, x in results.items():
+        assert tuple(x.shape[: len(batch)]) == batch, name
+        assert x.is_contiguous(), name

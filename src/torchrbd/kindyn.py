@@ -271,8 +271,10 @@ class KinDynComputations:
 
     @staticmethod
     def _out(x, batch_shape):
-        """Batch-last (..., B) result -> (*batch_shape, ...)."""
-        x = to_batch_first(x)
+        """Batch-last (..., B) result -> (*batch_shape, ...), contiguous (a copy unless x
+        already has batch-first memory): a user's ``.view`` or next product should not
+        meet batch-last strides."""
+        x = to_batch_first(x).contiguous()
         return x.reshape(*batch_shape, *x.shape[1:])
 
     @staticmethod
@@ -333,21 +335,22 @@ class KinDynComputations:
 
     @staticmethod
     def _chain_scatter(model, kin, base, chain_cols):
-        """(6, 6+n, B) Jacobian-shaped: ``base`` (6, 6, B) rows, the chain's columns
-        ``chain_cols`` (k, 6, B) in place, zeros elsewhere; one concatenation of the
-        base, the chain's runs of consecutive columns and zero blocks between them
-        (one pass, where zero-filling then scattering would make two)."""
-        cols, B, N = chain_cols.transpose(0, 1), base.shape[-1], 6 + model.n
+        """(6, 6+n, B) Jacobian-shaped, a view of batch-first memory: ``base`` (6, 6, B)
+        rows, the chain's columns ``chain_cols`` (k, 6, B) in place, zeros elsewhere.
+        One concatenation of the base, the chain's runs of consecutive columns and zero
+        blocks between them (one pass, where zero-filling then scattering would make
+        two), written batch-first, so that the result needs no transposing copy."""
+        cols, B, N = chain_cols.permute(2, 1, 0), base.shape[-1], 6 + model.n  # (B, 6, k)
         zero = base.new_zeros(())
-        pieces, at = [base], 6
+        pieces, at = [base.permute(2, 0, 1)], 6
         for col, k, length in kin.chain.runs:
             if col > at:
-                pieces.append(zero.expand(6, col - at, B))
-            pieces.append(cols[:, k:k + length])
+                pieces.append(zero.expand(B, 6, col - at))
+            pieces.append(cols[:, :, k:k + length])
             at = col + length
         if at < N:
-            pieces.append(zero.expand(6, N - at, B))
-        return torch.cat(pieces, 1)
+            pieces.append(zero.expand(B, 6, N - at))
+        return torch.cat(pieces, 2).permute(1, 2, 0)
 
     def relative_jacobian(self, frame: str, joint_positions) -> torch.Tensor:
         """(..., 6, n): joint columns of the Jacobian with the base at the world origin
@@ -356,7 +359,7 @@ class KinDynComputations:
         ref = q if isinstance(q, torch.Tensor) else None
         eye = torch.eye(4, dtype=ref.dtype if ref is not None else self._dtype,
                         device=ref.device if ref is not None else self._device)
-        return self.jacobian(frame, eye, q)[..., 6:]
+        return self.jacobian(frame, eye, q)[..., 6:].contiguous()
 
     def jacobian_dot(self, frame: str, base_transform, joint_positions, base_velocity, joint_velocities):
         """(..., 6, 6+n) time derivative of :meth:`jacobian` along the given velocity."""
