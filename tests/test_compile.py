@@ -88,3 +88,21 @@ def test_tracing_is_quiet():
         warnings.simplefilter("error")
         kc.jacobian(kd.model.link_names[-1], H, q)
         kc.mass_matrix(H, q)
+
+
+def test_inputs_of_another_dtype_convert_the_model_inside_the_graph():
+    """The first call with float32 inputs converts the float64 model while tracing:
+    no graph break (the armature flag is carried over, not recomputed from data), and
+    the armature still counts."""
+    kd = torchrbd.models.load("humanoid", format="mjcf")
+    H, q, *_ = (x.float() for x in _inputs(kd, B=2))
+    torch._dynamo.reset()
+    explanation = torch._dynamo.explain(lambda: kd.mass_matrix(H, q))()
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+    torch._dynamo.reset()
+    kc = kd.compiled(backend="eager")
+    M = kc.mass_matrix(H, q)
+    assert kc._model_for(torch.float32, "cpu").has_armature
+    torch.testing.assert_close(M, kd.mass_matrix(H, q))
+    bare = kd.model.replace(armature=torch.zeros_like(kd.model.armature))
+    assert not bare.has_armature and not bare.to(torch.float32).has_armature

@@ -218,6 +218,10 @@ class KinDynComputations:
             model = self._model.to(dtype, device)
             if any(getattr(model, f).requires_grad for f in model.tensor_fields()):
                 return model  # keep the conversion in each call's graph
+            if torch.compiler.is_compiling():
+                # storing a model made while tracing is a side effect dynamo cannot
+                # replay (a graph break): the compiled graph converts on each call
+                return model
             self._cache[key] = model
         return self._cache[key]
 

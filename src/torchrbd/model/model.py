@@ -112,7 +112,13 @@ class Model:
     def __post_init__(self):
         arm = self.armature
         # a plain flag, so that algorithms skip the armature without a data-dependent branch
-        object.__setattr__(self, "has_armature", arm is not None and bool(arm.numel()) and bool((arm != 0).any()))
+        if torch.compiler.is_compiling():
+            # a compiled method converting the model to its inputs' dtype: no tensor
+            # test while tracing (a graph break); Model.to carries the flag over
+            has = arm is not None and arm.numel() > 0
+        else:
+            has = arm is not None and bool(arm.numel()) and bool((arm != 0).any())
+        object.__setattr__(self, "has_armature", has)
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -183,7 +189,9 @@ class Model:
         changes = {
             name: getattr(self, name).to(dtype=dtype, device=device) for name in self.tensor_fields()
         }
-        return dataclasses.replace(self, **changes)
+        converted = dataclasses.replace(self, **changes)
+        object.__setattr__(converted, "has_armature", self.has_armature)
+        return converted
 
     def __hash__(self):
         return id(self)
