@@ -106,3 +106,24 @@ def test_inputs_of_another_dtype_convert_the_model_inside_the_graph():
     torch.testing.assert_close(M, kd.mass_matrix(H, q))
     bare = kd.model.replace(armature=torch.zeros_like(kd.model.armature))
     assert not bare.has_armature and not bare.to(torch.float32).has_armature
+
+
+def test_compiled_copy_follows_gravity_and_inertial_parameters():
+    """Changing the compiled copy's gravity or link masses changes its results as it
+    changes the eager ones (nothing of the old model stays baked into a graph)."""
+    kd = torchrbd.models.load("quadruped")
+    H, q, nu, qd, tau = _inputs(kd, B=2)
+    torch._dynamo.reset()
+    kc = kd.compiled(backend="eager")
+    calls = (lambda k: k.aba(H, q, nu, qd, tau), lambda k: k.gravity_term(H, q), lambda k: k.mass_matrix(H, q))
+    for call in calls:
+        call(kc)
+    masses = kd.get_inertial_parameters()["mass"]
+    for change in (lambda k: setattr(k, "gravity", [0.0, 1.0, -3.0]),
+                   lambda k: k.set_inertial_parameters(mass=masses * 1.7)):
+        gravity_before = kc.gravity_term(H, q)
+        change(kd)
+        change(kc)
+        for call in calls:
+            torch.testing.assert_close(call(kc), call(kd), rtol=1e-10, atol=1e-10)
+        assert not torch.allclose(kc.gravity_term(H, q), gravity_before)
