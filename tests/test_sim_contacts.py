@@ -359,6 +359,8 @@ def test_n_envs_batched_contacts_equal_single_runs():
     with_ball = box.get_contacts(with_entity=ball)
     assert set(with_ball["link_b"]) == {"sphere"} and with_ball["force"].shape == (3, 1, 3)
     assert box.get_contacts()["valid_mask"].any(-1).all()  # every box is on the floor
+    # batch-first and contiguous, not views of the stage's batch-last memory
+    assert all(v.is_contiguous() for v in box.get_contacts().values() if isinstance(v, torch.Tensor))
     for i in range(3):
         single, b, s = _boxes(0)
         b.set_dofs_velocity(v_box[i])

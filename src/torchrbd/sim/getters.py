@@ -257,7 +257,7 @@ class EntityGetters:
                 out = sc._contact_stage.entity_contacts(sc, self, result, with_entity)
         for key, value in out.items():
             if isinstance(value, torch.Tensor) and key != "entity_b":
-                out[key] = wrap(value if sc.n_envs else value[0], sc)
+                out[key] = wrap((value if sc.n_envs else value[0]).contiguous(), sc)  # not views of batch-last memory
         return out
 
 
