@@ -235,3 +235,18 @@ def test_bench_samples_start_with_an_untimed_call(monkeypatch):
     # 2 warm-ups + 1 probe per callable (1 untimed call, 1 timed: each "takes" >= 1 tick,
     # so number = 1), then per round and callable: 1 untimed + 1 timed call
     assert log == ["a"] * 4 + ["b"] * 4 + ["a", "a", "b", "b"] * 2
+
+
+def test_bench_compiles_with_the_cpp_wrapper_when_asked(monkeypatch):
+    """`torchrbd bench --compile --cpp-wrapper` compiles with inductor's C++ wrapper;
+    without the flag, with torch.compile's defaults."""
+    import torchrbd.models
+    from torchrbd import bench
+    from torchrbd.kindyn import KinDynComputations
+
+    seen = []
+    monkeypatch.setattr(KinDynComputations, "compiled", lambda self, **kw: seen.append(kw) or self)
+    path = torchrbd.models.path("arm7")
+    for flag in (False, True):
+        bench.torchrbd_cases(path, None, "ee", 2, torch.float64, torch.device("cpu"), True, cpp_wrapper=flag)
+    assert seen == [{}, {"options": {"cpp_wrapper": True}}]

@@ -85,13 +85,14 @@ def _timeit(fns: dict, repeat: int, sync=None, single_threaded=("pinocchio",)) -
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
-def torchrbd_cases(path, joints, frame, B, dtype, device, compile_=False):
-    """{quantity: callable} for torchrbd at batch size B."""
+def torchrbd_cases(path, joints, frame, B, dtype, device, compile_=False, cpp_wrapper=False):
+    """{quantity: callable} for torchrbd at batch size B (compiled: with inductor's C++
+    wrapper when ``cpp_wrapper``)."""
     from .kindyn import KinDynComputations
 
     kd = KinDynComputations(path, joints)
     if compile_:
-        kd = kd.compiled()
+        kd = kd.compiled(**({"options": {"cpp_wrapper": True}} if cpp_wrapper else {}))
     n = kd.NDoF
     g = torch.Generator().manual_seed(0)
 
@@ -194,6 +195,8 @@ def main(argv=None) -> list:
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--compile", action="store_true", help="also time the torch.compile'd path")
+    ap.add_argument("--cpp-wrapper", action="store_true",
+                    help="with --compile: inductor's C++ wrapper (less overhead per call, longer compiles)")
     ap.add_argument("--no-adam", action="store_true")
     ap.add_argument("--no-pinocchio", action="store_true",
                     help="skip Pinocchio's loop (for batches where it takes seconds, e.g. on a GPU at B = 1M)")
@@ -224,7 +227,8 @@ def main(argv=None) -> list:
     rows = []
     for B in args.batch:
         ours = torchrbd_cases(path, joints, frame, B, dtype, device)
-        comp = torchrbd_cases(path, joints, frame, B, dtype, device, compile_=True) if args.compile else {}
+        comp = (torchrbd_cases(path, joints, frame, B, dtype, device, compile_=True, cpp_wrapper=args.cpp_wrapper)
+                if args.compile else {})
         f32 = torchrbd_cases(path, joints, frame, B, torch.float32, device) if args.dtype == "both" else {}
         pin_cases, pin_note = ((None, "Pinocchio skipped (--no-pinocchio)") if args.no_pinocchio
                                else pinocchio_cases(path, joints, frame, B))
