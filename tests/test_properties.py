@@ -309,3 +309,23 @@ def test_rotation_primitives_have_finite_gradients_at_identity_and_half_turns():
         (g_q,) = torch.autograd.grad(quat_to_matrix(qq).sum(), qq)
         assert torch.isfinite(g_q).all(), angle
         close(quat_to_matrix(q), R, 1e-12, f"quat round trip at {angle}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_quat_to_matrix_matches_mujoco_for_any_norm(dtype):
+    """quat_to_matrix (wxyz, not necessarily unit, any leading shape) against MuJoCo's
+    mju_quat2Mat of the normalised quaternion."""
+    mujoco = pytest.importorskip("mujoco")
+    from torchrbd.spatial import quat_to_matrix
+
+    rng = np.random.default_rng(3)
+    q = rng.normal(size=(2, 5, 4)) * rng.uniform(0.1, 10, size=(2, 5, 1))  # norms far from 1
+    ref = np.empty((2, 5, 9))
+    for i in np.ndindex(2, 5):
+        mujoco.mju_quat2Mat(ref[i], q[i] / np.linalg.norm(q[i]))
+    R = quat_to_matrix(torch.tensor(q, dtype=dtype))
+    assert R.shape == (2, 5, 3, 3) and R.dtype == dtype
+    tol = 1e-14 if dtype == torch.float64 else 1e-6
+    np.testing.assert_allclose(R.double().numpy().reshape(2, 5, 9), ref, rtol=0, atol=tol)
+    R1 = quat_to_matrix(torch.tensor(q[0, 0], dtype=dtype))  # no batch dimension
+    np.testing.assert_allclose(R1.double().numpy().reshape(9), ref[0, 0], rtol=0, atol=tol)
