@@ -329,3 +329,21 @@ def test_quat_to_matrix_matches_mujoco_for_any_norm(dtype):
     np.testing.assert_allclose(R.double().numpy().reshape(2, 5, 9), ref, rtol=0, atol=tol)
     R1 = quat_to_matrix(torch.tensor(q[0, 0], dtype=dtype))  # no batch dimension
     np.testing.assert_allclose(R1.double().numpy().reshape(9), ref[0, 0], rtol=0, atol=tol)
+
+
+def test_quat_multiply_matches_mujoco_and_broadcasts():
+    """The Hamilton product (wxyz) against mujoco.mju_mulQuat, one quaternion against a
+    batch and batch against batch."""
+    mujoco = pytest.importorskip("mujoco")
+    from torchrbd.spatial import quat_multiply
+
+    rng = np.random.default_rng(4)
+    a, b = rng.normal(size=(6, 4)), rng.normal(size=(6, 4))
+    ref = np.empty((6, 4))
+    for i in range(6):
+        mujoco.mju_mulQuat(ref[i], a[i], b[i])
+    np.testing.assert_allclose(quat_multiply(torch.tensor(a), torch.tensor(b)).numpy(), ref, rtol=0, atol=1e-14)
+    one = np.empty((6, 4))
+    for i in range(6):
+        mujoco.mju_mulQuat(one[i], a[0], b[i])
+    np.testing.assert_allclose(quat_multiply(torch.tensor(a[0]), torch.tensor(b)).numpy(), one, rtol=0, atol=1e-14)

@@ -45,8 +45,43 @@ def _quaternion_forms() -> list:
     return C
 
 
+def _hamilton_forms() -> list:
+    """(16, 4) coefficients: entry (a*4 + b, k) of ``a_a b_b`` in component k of the
+    Hamilton product ``a b`` (wxyz)."""
+    C = [[0.0] * 4 for _ in range(16)]
+    terms = {  # component k: (sign, index in a, index in b)
+        0: ((1, 0, 0), (-1, 1, 1), (-1, 2, 2), (-1, 3, 3)),
+        1: ((1, 0, 1), (1, 1, 0), (1, 2, 3), (-1, 3, 2)),
+        2: ((1, 0, 2), (-1, 1, 3), (1, 2, 0), (1, 3, 1)),
+        3: ((1, 0, 3), (1, 1, 2), (-1, 2, 1), (1, 3, 0)),
+    }
+    for k, products in terms.items():
+        for sign, i, j in products:
+            C[i * 4 + j][k] = float(sign)
+    return C
+
+
 _QUATERNION_FORMS = _quaternion_forms()
-_quaternion_forms_cache: dict = {}
+_HAMILTON_FORMS = _hamilton_forms()
+_forms_cache: dict = {}
+
+
+def _forms(name: str, rows: list, like: torch.Tensor) -> torch.Tensor:
+    """The constant matrix ``rows`` as a tensor of ``like``'s dtype and device, cached
+    (built in the graph while torch.compile traces)."""
+    if torch.compiler.is_compiling():
+        return torch.tensor(rows, dtype=like.dtype, device=like.device)
+    key = (name, like.dtype, like.device)
+    C = _forms_cache.get(key)
+    if C is None:
+        C = _forms_cache[key] = torch.tensor(rows, dtype=like.dtype, device=like.device)
+    return C
+
+
+def _outer(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """(..., 4), (..., 4) -> (..., 16) products ``a_i b_j`` at ``i*4 + j``."""
+    p = a[..., :, None] * b[..., None, :]
+    return p.reshape(*p.shape[:-2], 16)
 
 
 def quat_to_matrix(q: torch.Tensor) -> torch.Tensor:
@@ -56,14 +91,7 @@ def quat_to_matrix(q: torch.Tensor) -> torch.Tensor:
     normalised): one outer product and one product with a constant (16, 9) matrix,
     a handful of operators where writing out the nine entries takes thirty (5x
     faster for one quaternion, 2x for a thousand)."""
-    key = (q.dtype, q.device)
-    C = None if torch.compiler.is_compiling() else _quaternion_forms_cache.get(key)
-    if C is None:
-        C = torch.tensor(_QUATERNION_FORMS, dtype=q.dtype, device=q.device)
-        if not torch.compiler.is_compiling():
-            _quaternion_forms_cache[key] = C
-    outer = (q[..., :, None] * q[..., None, :]).reshape(*q.shape[:-1], 16)
-    R = (outer @ C) / (q * q).sum(-1, keepdim=True)
+    R = (_outer(q, q) @ _forms("rotation", _QUATERNION_FORMS, q)) / (q * q).sum(-1, keepdim=True)
     return R.reshape(*q.shape[:-1], 3, 3)
 
 
@@ -97,18 +125,10 @@ def matrix_to_quat(R: torch.Tensor) -> torch.Tensor:
 
 
 def quat_multiply(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Hamilton product of ``wxyz`` quaternions (..., 4)."""
-    aw, ax, ay, az = a.unbind(-1)
-    bw, bx, by, bz = b.unbind(-1)
-    return torch.stack(
-        [
-            aw * bw - ax * bx - ay * by - az * bz,
-            aw * bx + ax * bw + ay * bz - az * by,
-            aw * by - ax * bz + ay * bw + az * bx,
-            aw * bz + ax * by - ay * bx + az * bw,
-        ],
-        dim=-1,
-    )
+    """Hamilton product of ``wxyz`` quaternions (..., 4) (broadcasting): the outer
+    product of the two times a constant (16, 4) matrix."""
+    a, b = torch.broadcast_tensors(a, b)
+    return _outer(a, b) @ _forms("hamilton", _HAMILTON_FORMS, a)
 
 
 def euler_to_quat(euler_deg) -> torch.Tensor:
