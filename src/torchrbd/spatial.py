@@ -30,39 +30,38 @@ def axis_angle_to_matrix(axis: torch.Tensor, angle: torch.Tensor) -> torch.Tenso
     return eye + s * K + (1 - c) * (K @ K)
 
 
-def _quaternion_forms() -> list:
-    """(16, 9) coefficients: entry (a*4 + b, i*3 + j) of the quadratic form in the
-    quaternion's components ``q_a q_b`` that gives ``|q|^2 R_ij`` (wxyz)."""
-    C = [[0.0] * 9 for _ in range(16)]
-    w, x, y, z = range(4)
-    for i, signs in enumerate(((1, 1, -1, -1), (1, -1, 1, -1), (1, -1, -1, 1))):  # diagonal
-        for a, sign in zip((w, x, y, z), signs):
-            C[a * 4 + a][i * 4] = float(sign)
-    for a, b, i, j, c in ((x, y, 0, 1, 2), (w, z, 0, 1, -2), (x, z, 0, 2, 2), (w, y, 0, 2, 2),
-                          (x, y, 1, 0, 2), (w, z, 1, 0, 2), (y, z, 1, 2, 2), (w, x, 1, 2, -2),
-                          (x, z, 2, 0, 2), (w, y, 2, 0, -2), (y, z, 2, 1, 2), (w, x, 2, 1, 2)):
-        C[a * 4 + b][i * 3 + j] = float(c)
-    return C
-
-
-def _hamilton_forms() -> list:
-    """(16, 4) coefficients: entry (a*4 + b, k) of ``a_a b_b`` in component k of the
-    Hamilton product ``a b`` (wxyz)."""
-    C = [[0.0] * 4 for _ in range(16)]
-    terms = {  # component k: (sign, index in a, index in b)
-        0: ((1, 0, 0), (-1, 1, 1), (-1, 2, 2), (-1, 3, 3)),
-        1: ((1, 0, 1), (1, 1, 0), (1, 2, 3), (-1, 3, 2)),
-        2: ((1, 0, 2), (-1, 1, 3), (1, 2, 0), (1, 3, 1)),
-        3: ((1, 0, 3), (1, 1, 2), (-1, 2, 1), (1, 3, 0)),
-    }
+def _bilinear_table(terms: dict, n_out: int) -> list:
+    """(16, n_out) coefficients of a bilinear map of two wxyz quaternions: row
+    ``i*4 + j`` holds the coefficient of ``a_i b_j`` in each output. ``terms`` maps an
+    output index to its ``(coefficient, i, j)`` products."""
+    C = [[0.0] * n_out for _ in range(16)]
     for k, products in terms.items():
-        for sign, i, j in products:
-            C[i * 4 + j][k] = float(sign)
+        for c, i, j in products:
+            C[i * 4 + j][k] += float(c)
     return C
 
 
-_QUATERNION_FORMS = _quaternion_forms()
-_HAMILTON_FORMS = _hamilton_forms()
+_W, _X, _Y, _Z = range(4)
+# |q|^2 R(q), entry (r, c) at r*3 + c, as quadratic forms in q (a = b = q)
+_QUATERNION_FORMS = _bilinear_table({
+    0: ((1, _W, _W), (1, _X, _X), (-1, _Y, _Y), (-1, _Z, _Z)),
+    1: ((2, _X, _Y), (-2, _W, _Z)),
+    2: ((2, _X, _Z), (2, _W, _Y)),
+    3: ((2, _X, _Y), (2, _W, _Z)),
+    4: ((1, _W, _W), (-1, _X, _X), (1, _Y, _Y), (-1, _Z, _Z)),
+    5: ((2, _Y, _Z), (-2, _W, _X)),
+    6: ((2, _X, _Z), (-2, _W, _Y)),
+    7: ((2, _Y, _Z), (2, _W, _X)),
+    8: ((1, _W, _W), (-1, _X, _X), (-1, _Y, _Y), (1, _Z, _Z)),
+}, 9)
+# the Hamilton product a b, component k
+_HAMILTON_FORMS = _bilinear_table({
+    0: ((1, _W, _W), (-1, _X, _X), (-1, _Y, _Y), (-1, _Z, _Z)),
+    1: ((1, _W, _X), (1, _X, _W), (1, _Y, _Z), (-1, _Z, _Y)),
+    2: ((1, _W, _Y), (-1, _X, _Z), (1, _Y, _W), (1, _Z, _X)),
+    3: ((1, _W, _Z), (1, _X, _Y), (-1, _Y, _X), (1, _Z, _W)),
+}, 4)
+
 _forms_cache: dict = {}
 
 
