@@ -20,6 +20,7 @@ from .errors import InputError, ModelError
 from .model import Model, load_urdf
 from .algorithms.batchlast import to_batch_first
 from .algorithms.solve import spd_solve
+from .algorithms import tree_cholesky
 from .spatial import homogeneous
 
 _SPECS = {
@@ -561,7 +562,8 @@ class KinDynComputations:
         # Solve in the internal coordinates (base twist about the base origin, world
         # axes): there M is as well conditioned wherever the robot is, and the base
         # acceleration is converted to the representation afterwards.
-        M, inertia = self._mass_matrix(model, kin, R, p, rep_.MIXED)
+        inertia = alg.world_inertias(model, kin.R, kin.p)
+        Mbb, F, S = alg.mass_matrix_top(model, kin, inertia)
         g = torch.cat([model.gravity, torch.zeros_like(model.gravity)])[:, None].expand(6, qd.shape[-1])
         h = alg.rnea_mixed(model, kin, inertia, rep_.to_internal(rep, R, p, nu), -g, qd, None)
         f = torch.cat([torch.zeros_like(nu), self._bl(a["joint_torques"])], 0)
@@ -569,15 +571,29 @@ class KinDynComputations:
             f = f + self._wrench_forces(model, kin, R, p, w)
         f = torch.cat([rep_.forces_to_internal(rep, f[:6], R, p), f[6:]], 0)
         try:
-            acc = spd_solve(M, to_batch_first(f - h).unsqueeze(-1)).squeeze(-1)
+            acc = self._solve_mass_matrix(model, Mbb, F, S, f - h)
         except torch.linalg.LinAlgError:
             raise ModelError(
                 f"{model.name}: the mass matrix is not positive definite at this configuration "
                 "(a movable joint that moves no mass or inertia?)"
             ) from None
-        base = rep_.acceleration_from_internal(rep, acc[:, :6].transpose(0, 1), R, p, nu)
-        acc = torch.cat([to_batch_first(base), acc[:, 6:]], -1)
-        return acc.reshape(*bs, acc.shape[-1])
+        base = rep_.acceleration_from_internal(rep, acc[:6], R, p, nu)
+        acc = torch.cat([base, acc[6:]], 0)
+        return self._out(acc, bs)
+
+    @staticmethod
+    def _solve_mass_matrix(model, Mbb, F, S, rhs):
+        """``M^-1 rhs`` (6+n, B) in the internal coordinates from the CRBA's pieces,
+        batch-last. Large float32 batches on CPU: the tree-sparse factorisation
+        (:mod:`~torchrbd.algorithms.tree_cholesky`), with no dense M. Otherwise, and when
+        compiled (the tree's data-dependent check would break the graph): LAPACK's
+        Cholesky of the assembled M."""
+        if torch.compiler.is_compiling() or not tree_cholesky.pays_off(rhs.shape[-1], rhs.dtype, rhs.device):
+            M = alg.assemble(model, Mbb, F, S)
+            return spd_solve(M, to_batch_first(rhs).unsqueeze(-1)).squeeze(-1).transpose(0, 1)
+        plan = tree_cholesky.tree_plan(model)
+        armature = torch.cat([model.armature.new_zeros(6), model.armature])[:, None] if model.has_armature else None
+        return tree_cholesky.tree_solve(plan, tree_cholesky.packed_inertia(plan, F, S, Mbb, armature), rhs, check=True)
 
 
 KinDynComputationsBatch = KinDynComputations

@@ -20,7 +20,7 @@ and stage, shared with the contact stage), then in :func:`acceleration`:
     mass matrix + bias (CRBA, RNEA on those kinematics)  ->  control forces (PD /
     force, clamped to the force range)  ->  passive joint forces (spring, damping)
     ->  contact forces and their implicit damping (a :class:`ContactLoad` from the
-    scene's contact stage)  ->  Cholesky solve  ->  joint-limit constraint.
+    scene's contact stage)  ->  tree-sparse Cholesky solve  ->  joint-limit constraint.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from dataclasses import dataclass
 import torch
 
 from .. import algorithms as alg
-from ..spatial import matvec, quat_multiply, quat_to_matrix
+from ..algorithms import tree_cholesky as tc_
+from ..spatial import quat_multiply, quat_to_matrix
 from . import quaternion as quat
 
 FORCE, VELOCITY, POSITION = 0, 1, 2  # control modes per dof
@@ -199,9 +200,11 @@ class ContactLoad:
         return torch.cat([top, torch.cat([F.transpose(1, 2), joint], 2)], 1)
 
 
-def mass_matrix_and_bias(sk: StageKinematics, floating: bool, damping=None):
-    """Mass matrix M (B, nv, nv) (armature included, batch-first contiguous) and bias
-    h = C nu + g (B, nv) in the simulator's velocity layout, from the kinematics ``sk``.
+def crba_and_bias(sk: StageKinematics, floating: bool, damping=None):
+    """The CRBA's pieces of M, batch-last in the internal coordinates (see
+    :func:`~torchrbd.algorithms.mass_matrix_top`: ``Mbb (6, 6, B)``, ``F (n, 6, B)``,
+    ``S (n, 6, B)``; armature not included), and the bias h = C nu + g (B, nv) in the
+    simulator's velocity layout, from the kinematics ``sk``.
 
     ``damping``: ``(h, load)`` adds ``h J^T D J`` of a :class:`ContactLoad` to M, folded
     into the CRBA's base block and coupling rows (no separate nv x nv matrix).
@@ -213,14 +216,20 @@ def mass_matrix_and_bias(sk: StageKinematics, floating: bool, damping=None):
         h, load = damping
         Mbb = Mbb + h * load.damping_base if floating else Mbb
         F = F + h * load.damping_rows
-    M = alg.assemble(model, Mbb, F, S)
     v, w = sk.nu[:3], sk.nu[3:]
     g = model.gravity[:, None]
     A0 = torch.cat([torch.linalg.cross(v, w, dim=0) - g, torch.zeros_like(w)], 0)  # MIXED: Tdot nu - [g; 0]
     bias = alg.rnea_mixed(model, kin, inertia, sk.nu, A0, sk.qd_bl, None).T
-    if floating:
-        return M, bias
-    return M[:, 6:, 6:].contiguous(), bias[:, 6:]
+    return Mbb, F, S, (bias if floating else bias[:, 6:])
+
+
+def mass_matrix_and_bias(sk: StageKinematics, floating: bool, damping=None):
+    """Mass matrix M (B, nv, nv) (armature included, batch-first contiguous) and bias
+    h (B, nv) of :func:`crba_and_bias` (the dense M for users and tests; the step
+    itself solves with the tree-sparse factorisation and never assembles it)."""
+    Mbb, F, S, bias = crba_and_bias(sk, floating, damping)
+    M = alg.assemble(sk.model, Mbb, F, S)
+    return (M, bias) if floating else (M[:, 6:, 6:].contiguous(), bias)
 
 
 def mass_and_bias(kd, R, p, q, nu, qd, floating: bool):
@@ -266,15 +275,73 @@ def passive_force(ent: EntityStatics, q, qd) -> torch.Tensor:
     return -ent.stiffness * q - ent.damping * qd
 
 
-def limit_correction(ent: EntityStatics, U, acc, q, qd) -> torch.Tensor:
+class _DenseFactor:
+    """M assembled batch-first (B, nv, nv) and LAPACK's Cholesky ``M = U^T U`` (the
+    upper factor is what LAPACK computes from row-major M without a copy): few
+    operators, the choice for small batches."""
+
+    def __init__(self, ent: EntityStatics, Mbb, F, S, diagonal):
+        M = alg.assemble(ent.kd.model, Mbb, F, S)
+        M = M if ent.floating else M[:, 6:, 6:].contiguous()
+        if diagonal is not None:
+            M.diagonal(dim1=-2, dim2=-1).add_(diagonal)  # M is a fresh tensor of ours
+        self.U = torch.linalg.cholesky_ex(M, upper=True)[0]
+
+    def solve(self, b):
+        """M^-1 b for b (B, nv)."""
+        return torch.cholesky_solve(b[..., None], self.U, upper=True)[..., 0]
+
+    def inverse_diagonal(self):
+        """diag(M^-1) (B, nv)."""
+        eye = torch.eye(self.U.shape[-1], dtype=self.U.dtype, device=self.U.device).expand_as(self.U)
+        Uinv = torch.linalg.solve_triangular(self.U, eye, upper=True)  # M^-1 = Uinv Uinv^T
+        return Uinv.square().sum(2)
+
+
+class _TreeFactor:
+    """M as its packed entries and the tree-sparse ``M = L^T L`` of
+    :mod:`torchrbd.algorithms.tree_cholesky`, batch-last, never a dense M: fewer bytes
+    and flops, more operators, the choice for large float32 batches on CPU."""
+
+    def __init__(self, ent: EntityStatics, Mbb, F, S, diagonal):
+        model = ent.kd.model
+        self.plan = tc_.tree_plan(model, ent.floating)
+        if model.has_armature:  # (alg.assemble adds it for the dense M)
+            armature = torch.nn.functional.pad(model.armature, (self.plan.N - ent.n, 0))[:, None]
+            diagonal = armature if diagonal is None else armature + diagonal.T
+        elif diagonal is not None:
+            diagonal = diagonal.T
+        self.packed = tc_.packed_inertia(self.plan, F, S, Mbb, diagonal)
+        self.fac = None
+
+    def solve(self, b):
+        """M^-1 b for b (B, nv). With gradients to track and no factor at hand, through
+        :func:`~torchrbd.algorithms.tree_cholesky.tree_solve` (its lean backward); else
+        with the factor, made once and kept (the joint limits may need it again)."""
+        b = b.T.contiguous()
+        if self.fac is None:
+            if torch.is_grad_enabled() and (self.packed.requires_grad or b.requires_grad):
+                return tc_.tree_solve(self.plan, self.packed, b).T
+            self.fac = tc_.factor(self.plan, self.packed)
+        return tc_.solve_factored(self.plan, self.fac, b[:, None])[:, 0].T
+
+    def inverse_diagonal(self):
+        """diag(M^-1) (B, nv), differentiable in M (the factor is made in the graph)."""
+        if self.fac is None:
+            self.fac = tc_.factor(self.plan, self.packed)
+        return tc_.inverse_diagonal(self.plan, self.fac).T
+
+
+def limit_correction(ent: EntityStatics, factor, acc, q, qd) -> torch.Tensor | None:
     """One-sided soft joint-limit constraint (MuJoCo ``solref`` style, diagonal).
 
     For a joint past a limit by ``r > 0`` it asks for the reference acceleration
     ``a_ref = -b qd -/+ k r`` (``b = 2 / tc``, ``k = 1 / (tc zeta)^2``) and applies
     the force ``m_eff (a_ref - a)`` that achieves it, ``m_eff = 1 / (M^-1)_ii``,
-    kept one-sided (it only pushes back into the range). ``U (B, nv, nv)`` is the
-    upper Cholesky factor of M (``M = U^T U``). Returns the extra generalized acceleration ``M^-1 f`` (B, nv),
-    or None when no joint of any environment is past a limit (the force is then 0).
+    kept one-sided (it only pushes back into the range). ``factor`` solves with M
+    (:class:`_DenseFactor` or :class:`_TreeFactor`); ``acc`` (B, nv). Returns the extra
+    generalized acceleration ``M^-1 f`` (B, nv), or None when no joint of any
+    environment is past a limit (the force is then 0).
     """
     r_up = torch.where(ent.has_upper, q - ent.upper, -1.0)  # > 0 past the upper limit
     r_lo = torch.where(ent.has_lower, ent.lower - q, -1.0)  # > 0 past the lower limit
@@ -285,24 +352,22 @@ def limit_correction(ent: EntityStatics, U, acc, q, qd) -> torch.Tensor:
     b, k = 2.0 / tc, 1.0 / (tc * zeta) ** 2
     off = 6 if ent.floating else 0
     a = acc[:, off:]
-    eye = torch.eye(U.shape[-1], dtype=U.dtype, device=U.device).expand_as(U)
-    Uinv = torch.linalg.solve_triangular(U, eye, upper=True)  # M^-1 = Uinv Uinv^T
-    m_eff = 1.0 / (Uinv[:, off:] * Uinv[:, off:]).sum(2)
+    m_eff = 1.0 / factor.inverse_diagonal()[:, off:]
     f_up = torch.clamp(m_eff * (-k * r_up - b * qd - a), max=0.0)
     f_lo = torch.clamp(m_eff * (k * r_lo - b * qd - a), min=0.0)
     f = torch.where(past_up, f_up, 0.0) + torch.where(past_lo, f_lo, 0.0)
-    f = torch.nn.functional.pad(f, (off, 0))
-    return matvec(Uinv, matvec(Uinv.transpose(1, 2), f))
+    return factor.solve(torch.nn.functional.pad(f, (off, 0)))
 
 
-def solve(ent: EntityStatics, M, rhs, q, qd) -> torch.Tensor:
-    """``M^-1 rhs`` (B, nv) plus the joint-limit correction, by Cholesky: M (with the
-    implicit damping of the Euler step) is symmetric positive definite. ``cholesky_ex``
-    does not raise, so one diverged environment gives NaN there, not an error. The
-    upper factor (``M = U^T U``) is what LAPACK computes from row-major M without a copy."""
-    U = torch.linalg.cholesky_ex(M, upper=True)[0]
-    acc = torch.cholesky_solve(rhs[..., None], U, upper=True)[..., 0]
-    correction = limit_correction(ent, U, acc, q, qd) if ent.limited else None
+def solve(ent: EntityStatics, Mbb, F, S, diagonal, rhs, q, qd) -> torch.Tensor:
+    """``M^-1 rhs`` (B, nv) plus the joint-limit correction, with M given by the
+    CRBA's pieces of :func:`crba_and_bias` (plus the model's armature) and ``diagonal``
+    (B, nv) (or None: the implicit damping) added to its diagonal. M is symmetric positive definite; a
+    pivot that is not (a diverged environment) gives NaN there, not an error."""
+    tree = tc_.pays_off(rhs.shape[0], rhs.dtype, rhs.device)
+    factor = (_TreeFactor if tree else _DenseFactor)(ent, Mbb, F, S, diagonal)
+    acc = factor.solve(rhs)
+    correction = limit_correction(ent, factor, acc, q, qd) if ent.limited else None
     return acc if correction is None else acc + correction
 
 
@@ -320,18 +385,18 @@ def acceleration(ent: EntityStatics, ctrl: EntityControl, qpos, vel, h_implicit:
     """
     sk = kinematics if kinematics is not None else stage_kinematics(ent, ctrl, qpos, vel)
     implicit_contact = h_implicit is not None and contact is not None and contact.damping_rows is not None
-    M, h = mass_matrix_and_bias(sk, ent.floating, (h_implicit, contact) if implicit_contact else None)
+    Mbb, F, S, h = crba_and_bias(sk, ent.floating, (h_implicit, contact) if implicit_contact else None)
     off = 6 if ent.floating else 0
     tau, kv = control_force(ent, ctrl, qpos, vel, sk.quat)
     if ent.n:
         tau = tau + torch.nn.functional.pad(passive_force(ent, sk.q, sk.qd), (off, 0))
+    diagonal = None
     if h_implicit is not None:
         # (M + h (D + Kv)) a = f: joint damping and PD velocity gains implicit in the Euler step
-        damping = torch.nn.functional.pad(ent.damping, (off, 0)) + kv
-        M.diagonal(dim1=-2, dim2=-1).add_(h_implicit * damping)  # M is a fresh tensor of ours
+        diagonal = h_implicit * (torch.nn.functional.pad(ent.damping, (off, 0)) + kv)
     if contact is not None:
         tau = tau + contact.generalized
-    return solve(ent, M, tau - h, sk.q, sk.qd)
+    return solve(ent, Mbb, F, S, diagonal, tau - h, sk.q, sk.qd)
 
 
 # ----------------------------------------------------------------- charts
