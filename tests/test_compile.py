@@ -3,6 +3,7 @@ opt-in compiled facade gives the eager results."""
 
 import warnings
 
+import pytest
 import torch
 import torch._dynamo
 
@@ -168,3 +169,42 @@ def test_inductor_mass_matrix_and_aba_match_eager():
     assert M.is_contiguous()
     torch.testing.assert_close(M, kd.mass_matrix(H, q), rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(kc.aba(H, q, nu, qd, tau), kd.aba(H, q, nu, qd, tau), rtol=1e-10, atol=1e-10)
+
+
+def test_compiled_aba_on_the_tree_path(monkeypatch):
+    """Compiled, aba factorises M's tree-sparse entries (from 256 configurations on;
+    forced here for a batch of 3): one graph, the eager values and gradients (eager
+    takes LAPACK's dense path at this size), a traced check for a singular M, and the
+    code inductor generates for it."""
+    from torchrbd.algorithms import tree_cholesky
+
+    monkeypatch.setattr(tree_cholesky, "COMPILED_FROM", 1)
+    kd = torchrbd.models.load("humanoid")  # branched, with armature
+    assert kd.model.has_armature
+    H, q, nu, qd, tau = _inputs(kd)
+    torch._dynamo.reset()
+    explanation = torch._dynamo.explain(lambda: kd.aba(H, q, nu, qd, tau))()
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+    kc = kd.compiled(backend="eager")
+    leaves = [x.clone().requires_grad_() for x in (q, qd, tau)]
+    for k in (kc, kd):
+        a = k.aba(H, leaves[0], nu, leaves[1], leaves[2])
+        grads = torch.autograd.grad(a.square().sum(), leaves)
+        if k is kc:
+            expected = (a.detach(), grads)
+    torch.testing.assert_close((a.detach(), grads), expected, rtol=1e-10, atol=1e-10)
+
+    massless = torchrbd.KinDynComputations(
+        '<robot name="r"><link name="base"><inertial><mass value="1"/>'
+        '<inertia ixx="1" ixy="0" ixz="0" iyy="1" iyz="0" izz="1"/></inertial></link><link name="tip"/>'
+        '<joint name="spin" type="revolute"><parent link="base"/><child link="tip"/><axis xyz="0 0 1"/>'
+        '<limit lower="-1" upper="1" effort="1" velocity="1"/></joint></robot>'
+    )
+    one, zero = torch.ones(1, 1, dtype=torch.float64), torch.zeros(1, 6, dtype=torch.float64)
+    with pytest.raises(RuntimeError, match="not positive definite"):
+        massless.compiled(backend="eager").aba(torch.eye(4, dtype=torch.float64)[None], one, zero, one, one)
+
+    small = torchrbd.models.load("quadruped")
+    H, q, nu, qd, tau = _inputs(small)
+    torch._dynamo.reset()
+    torch.testing.assert_close(small.compiled().aba(H, q, nu, qd, tau), small.aba(H, q, nu, qd, tau), rtol=1e-10, atol=1e-10)

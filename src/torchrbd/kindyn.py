@@ -588,7 +588,8 @@ class KinDynComputations:
         (:mod:`~torchrbd.algorithms.tree_cholesky`), with no dense M. Otherwise, and when
         compiled (the tree's data-dependent check would break the graph): LAPACK's
         Cholesky of the assembled M."""
-        if torch.compiler.is_compiling() or not tree_cholesky.pays_off(rhs.shape[-1], rhs.dtype, rhs.device):
+        compiling = torch.compiler.is_compiling()
+        if not tree_cholesky.pays_off(rhs.shape[-1], rhs.dtype, rhs.device, compiled=compiling):
             M = alg.assemble(model, Mbb, F, S)
             return spd_solve(M, to_batch_first(rhs).unsqueeze(-1)).squeeze(-1).transpose(0, 1)
         plan = tree_cholesky.tree_plan(model)

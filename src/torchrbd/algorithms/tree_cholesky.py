@@ -118,7 +118,7 @@ def _plan(body_parent: tuple, body_dof: tuple, floating: bool, device: str, dtyp
         return torch.tensor(x, dtype=torch.long, device=device)
 
     levels = []
-    for d in range(max(map(len, paths), default=0), 0, -1):
+    for d in range(max([0] + [len(p) for p in paths]), 0, -1):
         nodes = [i for i in range(len(paths)) if len(paths[i]) == d]
         pairs = [(a, b) for a in range(d - 1) for b in range(a + 1)]
         levels.append(_Level(
@@ -262,15 +262,27 @@ class _TreeSolve(torch.autograd.Function):
         return None, g_packed, gb
 
 
-def pays_off(batch: int, dtype: torch.dtype, device: torch.device) -> bool:
+def pays_off(batch: int, dtype: torch.dtype, device: torch.device, compiled: bool = False) -> bool:
     """Whether the tree factorisation beats the dense path (M assembled batch-first,
     then LAPACK's batched Cholesky), which needs far fewer operators. Measured on a
-    2-core CPU, in-process A/B, one thread: the MJCF humanoid's simulator step in
-    float32 takes 0.91x the time at 256-512 environments and 0.69-0.82x at 4096, aba
-    of iCub in float32 0.93x at 4096; in float64 the two are even within noise
-    (0.94-1.10x) and for one matrix the tree is 2-3x slower. So: float32 batches of
-    512 or more on CPU. On CUDA it is unmeasured, so the dense path stays."""
+    2-core CPU, in-process A/B, one thread:
+
+    * eager: the MJCF humanoid's simulator step in float32 takes 0.91x the time at
+      256-512 environments and 0.69-0.82x at 4096, aba of iCub in float32 0.93x at
+      4096; in float64 the two are even within noise (0.94-1.10x) and for one matrix
+      the tree is 2-3x slower. So: float32 batches of 512 or more.
+    * under ``torch.compile`` (inductor fuses each level's operators; LAPACK stays a
+      library call per matrix), aba of iCub in float64: 0.42x the time at 1024
+      configurations, 0.71x at 256, 1.13x at 64. So: batches of ``COMPILED_FROM`` or
+      more, in either dtype. Compiling takes about twice as long.
+
+    On CUDA it is unmeasured, so the dense path stays."""
+    if compiled:
+        return device.type == "cpu" and batch >= COMPILED_FROM
     return device.type == "cpu" and dtype == torch.float32 and batch >= 512
+
+
+COMPILED_FROM = 256
 
 
 def tree_solve(plan: TreePlan, packed: torch.Tensor, b: torch.Tensor, check: bool = False) -> torch.Tensor:
@@ -288,10 +300,15 @@ def tree_solve(plan: TreePlan, packed: torch.Tensor, b: torch.Tensor, check: boo
     else:
         fac = factor(plan, packed)
         x, inv = solve_factored(plan, fac, b3), [i for i, _ in fac]
-    if check and inv and _plain(inv[0]):
+    if check and inv and torch.compiler.is_compiling():  # a traced test, no graph break
+        torch._assert_async(torch.cat([i.reshape(-1) for i in inv]).isfinite().all(), NOT_PD)
+    elif check and inv and _plain(inv[0]):
         if not bool(torch.cat([i.reshape(-1) for i in inv]).isfinite().all()):
-            raise torch.linalg.LinAlgError("the matrix is not positive definite")
+            raise torch.linalg.LinAlgError(NOT_PD)
     return x[:, 0] if one else x
+
+
+NOT_PD = "the matrix is not positive definite"  # also the message of the compiled check
 
 
 def _plain(t: torch.Tensor) -> bool:
