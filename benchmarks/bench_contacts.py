@@ -11,6 +11,12 @@ second, for float64 and float32 (Genesis's default) unless ``--precision`` picks
 
     python benchmarks/bench_contacts.py                       # n_envs 1 64 1024 4096
     python benchmarks/bench_contacts.py --n-envs 1 64 --precision 64 --threads 2
+    python benchmarks/bench_contacts.py --n-envs 4096 --precision 32 --solve dense tree
+
+``--solve`` picks how the step solves with the mass matrices (``auto``: the library's
+choice, see ``torchrbd.algorithms.tree_cholesky.pays_off``; ``dense``: LAPACK's
+batched Cholesky; ``tree``: the tree-sparse factorisation); several values time
+each in turn in one process, for an A/B.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import torch
 
 import torchrbd.models
 import torchrbd.sim as gs
+from torchrbd.algorithms import tree_cholesky
 
 FLOOR = '<geom name="floor" type="plane" size="0 0 0.1"/>'
 
@@ -84,6 +91,8 @@ def main(argv=None):
     ap.add_argument("--precision", choices=["32", "64"], nargs="+", default=["64", "32"])
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (MuJoCo uses one core)")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--solve", choices=["auto", "dense", "tree"], nargs="+", default=["auto"],
+                    help="how the step solves with M (several: an A/B in one process)")
     args = ap.parse_args(argv)
 
     torch.set_num_threads(args.threads)
@@ -93,15 +102,22 @@ def main(argv=None):
     print(f"humanoid (24 dofs, 29 candidate contacts with the floor), dt = {args.dt} s, Euler, "
           f"torch threads = {args.threads}, device = {args.device}; MuJoCo in float64")
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}\n")
-    print("| n_envs | precision | torchrbd env-steps/s | torchrbd ms/step | MuJoCo mj_step (1 core) steps/s "
-          "| torchrbd / MuJoCo |")
-    print("|---:|---:|---:|---:|---:|---:|")
-    for precision in args.precision:
-        gs.init(backend=backend, precision=precision)
-        for n in args.n_envs:
-            rate = torchrbd_rate(n, args.dt, args.settle, args.seconds, args.device, sync)
-            print(f"| {n} | float{precision} | {rate:,.0f} | {1e3 * max(n, 1) / rate:.1f} | {mj:,.0f} "
-                  f"| {rate / mj:.3f} |", flush=True)
+    print("| n_envs | precision | solve | torchrbd env-steps/s | torchrbd ms/step | MuJoCo mj_step (1 core) "
+          "steps/s | torchrbd / MuJoCo |")
+    print("|---:|---:|---|---:|---:|---:|---:|")
+    auto = tree_cholesky.pays_off
+    choices = {"auto": auto, "dense": lambda *a, **k: False, "tree": lambda *a, **k: True}
+    try:
+        for precision in args.precision:
+            gs.init(backend=backend, precision=precision)
+            for n in args.n_envs:
+                for solve in args.solve:
+                    tree_cholesky.pays_off = choices[solve]
+                    rate = torchrbd_rate(n, args.dt, args.settle, args.seconds, args.device, sync)
+                    print(f"| {n} | float{precision} | {solve} | {rate:,.0f} | {1e3 * max(n, 1) / rate:.1f} "
+                          f"| {mj:,.0f} | {rate / mj:.3f} |", flush=True)
+    finally:
+        tree_cholesky.pays_off = auto
 
 
 if __name__ == "__main__":

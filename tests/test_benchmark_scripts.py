@@ -27,9 +27,10 @@ def _script(name: str) -> dict:
 
 def test_bench_contacts_prints_a_row_per_size(capsys, sim_settings):
     pytest.importorskip("mujoco")
-    _script("bench_contacts")["main"](["--n-envs", "2", "--seconds", "0", "--settle", "0.004", "--precision", "64"])
+    _script("bench_contacts")["main"](["--n-envs", "2", "--seconds", "0", "--settle", "0.004", "--precision", "64",
+                                       "--solve", "auto", "tree"])
     out = capsys.readouterr().out
-    assert "| 2 | float64 |" in out and "MuJoCo" in out
+    assert "| 2 | float64 | auto |" in out and "| 2 | float64 | tree |" in out and "MuJoCo" in out
 
 
 def test_gpu_check_pieces_run_on_the_cpu(sim_settings):
