@@ -67,6 +67,19 @@ def _loss(robot):
     )
 
 
+def _drive(scene, robot, q0, v0, tau, before=lambda: None):
+    """Reset, call ``before``, set the initial state, apply one row of ``tau`` as
+    joint forces per step; returns :func:`_loss` at the end."""
+    scene.reset()
+    before()
+    robot.set_dofs_position(q0)
+    robot.set_dofs_velocity(v0)
+    for row in tau:
+        robot.control_dofs_force(row)
+        scene.step()
+    return _loss(robot)
+
+
 def _check_fd(run, params: dict, eps=1e-6, seed=0):
     """Compare autograd with central differences along a random direction per group."""
     leaves = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
@@ -98,15 +111,11 @@ def test_gradients_of_initial_state_torques_and_inertial_parameters_match_finite
     rng = np.random.default_rng(3)
 
     def run(q0, v0, tau, mass, com):
-        scene.reset()
-        robot.set_links_inertial_mass(mass)
-        robot.set_links_com(com, links_idx_local=[1, 2])
-        robot.set_dofs_position(q0)
-        robot.set_dofs_velocity(v0)
-        for t in range(T):
-            robot.control_dofs_force(tau[t])
-            scene.step()
-        return _loss(robot)
+        def inertial():
+            robot.set_links_inertial_mass(mass)
+            robot.set_links_com(com, links_idx_local=[1, 2])
+
+        return _drive(scene, robot, q0, v0, tau, inertial)
 
     q0 = torch.tensor(rng.normal(size=nv) * 0.3)
     if not fixed:

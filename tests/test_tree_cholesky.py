@@ -12,7 +12,7 @@ from pin_reference import REPRESENTATIONS
 from random_trees import tree_from_rng
 from test_kinematics import close, sample
 from test_sim_contacts import _penetrating_quadruped, _stage
-from test_sim_gradients import ROBOT, _check_fd, _loss, _scene
+from test_sim_gradients import ROBOT, _check_fd, _drive, _scene
 
 
 def _pieces(seed: int, B: int = 3, massless: bool = False):
@@ -175,13 +175,7 @@ def test_simulator_gradients_on_the_tree_path_match_finite_differences(tmp_path,
     rng = np.random.default_rng(4)
 
     def run(q0, v0, tau):
-        scene.reset()
-        robot.set_dofs_position(q0)
-        robot.set_dofs_velocity(v0)
-        for t in range(T):
-            robot.control_dofs_force(tau[t])
-            scene.step()
-        return _loss(robot)
+        return _drive(scene, robot, q0, v0, tau)
 
     q0 = torch.tensor(rng.normal(size=nv) * 0.3)
     q0[:3] += torch.tensor([0.0, 0.1, 0.5])

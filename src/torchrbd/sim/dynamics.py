@@ -20,7 +20,8 @@ and stage, shared with the contact stage), then in :func:`acceleration`:
     mass matrix + bias (CRBA, RNEA on those kinematics)  ->  control forces (PD /
     force, clamped to the force range)  ->  passive joint forces (spring, damping)
     ->  contact forces and their implicit damping (a :class:`ContactLoad` from the
-    scene's contact stage)  ->  tree-sparse Cholesky solve  ->  joint-limit constraint.
+    scene's contact stage)  ->  Cholesky solve (dense, or tree-sparse for large
+    float32 batches: :func:`solve`)  ->  joint-limit constraint.
 """
 
 from __future__ import annotations
