@@ -30,17 +30,16 @@ class _Level:
     """The k coordinates at depth d of the coordinate tree (path length d, the
     coordinate last): ``nodes`` (k,); ``row`` (k*d,) packed positions of their rows
     ``M[i, path(i)]``; ``ancestors`` (k*(d-1),) the coordinates of their paths without
-    themselves; ``pair_a``/``pair_b`` the (d-1)d/2 pairs (a, b), b <= a, of path
-    positions and ``target`` (k*pairs,) where ``M[path[a], path[b]]`` is stored."""
+    themselves; ``square`` (k*(d-1)^2,) where ``M[path[a], path[b]]`` is stored for
+    each pair of path positions (a, b) with b <= a, and the scratch row ``size`` (one
+    past the stored entries) for b > a: a whole outer product scatters in one call."""
 
     k: int
     d: int
     nodes: torch.Tensor
     row: torch.Tensor
     ancestors: torch.Tensor
-    pair_a: torch.Tensor
-    pair_b: torch.Tensor
-    target: torch.Tensor
+    square: torch.Tensor
 
 
 @dataclass(frozen=True)
@@ -120,13 +119,13 @@ def _plan(body_parent: tuple, body_dof: tuple, floating: bool, device: str, dtyp
     levels = []
     for d in range(max([0] + [len(p) for p in paths]), 0, -1):
         nodes = [i for i in range(len(paths)) if len(paths[i]) == d]
-        pairs = [(a, b) for a in range(d - 1) for b in range(a + 1)]
+        square = [where[paths[i][a], paths[i][b]] if b <= a else len(rows)
+                  for i in nodes for a in range(d - 1) for b in range(d - 1)]
         levels.append(_Level(
             k=len(nodes), d=d, nodes=long(nodes),
             row=long([where[i, j] for i in nodes for j in paths[i]]),
             ancestors=long([j for i in nodes for j in paths[i][:-1]]),
-            pair_a=long([a for a, _ in pairs]), pair_b=long([b for _, b in pairs]),
-            target=long([where[paths[i][a], paths[i][b]] for i in nodes for a, b in pairs]),
+            square=long(square),
         ))
     return TreePlan(
         floating=floating, N=len(parents), size=len(rows), levels=tuple(levels),
@@ -165,8 +164,9 @@ def factor(plan: TreePlan, packed: torch.Tensor) -> list:
     """``M = L^T L`` from the packed entries: per level (deepest first) the pair
     ``(1 / L_ii (k, 1, B), L[i, ancestors] (k, d-1, B))``. A pivot that is not positive
     gives inf or NaN."""
-    W = packed.clone()  # the entries still to be reduced; each level subtracts its outer products
-    B = W.shape[-1]
+    B = packed.shape[-1]
+    # the entries still to be reduced (each level subtracts its outer products), and a scratch row
+    W = torch.cat([packed, packed.new_zeros(1, B)])
     out = []
     for lvl in plan.levels:
         rows = W.index_select(0, lvl.row).view(lvl.k, lvl.d, B)
@@ -175,8 +175,7 @@ def factor(plan: TreePlan, packed: torch.Tensor) -> list:
         row = anc * inv
         out.append((inv, row))
         if lvl.d > 1:
-            update = row.index_select(1, lvl.pair_a) * row.index_select(1, lvl.pair_b)
-            W.index_add_(0, lvl.target, update.view(-1, B), alpha=-1)
+            W.index_add_(0, lvl.square, (row[:, :, None] * row[:, None]).view(-1, B), alpha=-1)
     return out
 
 
@@ -209,15 +208,14 @@ def inverse_diagonal(plan: TreePlan, fac: list) -> torch.Tensor:
     ``X[i, i] = 1 / L_ii`` and ``X[i, j] = -(1 / L_ii) sum_k L[i, k] X[k, j]`` over the
     ancestors k of i that have j on their path; ``(M^-1)_ii = |X[i]|^2``."""
     B = fac[0][0].shape[-1]
-    X = fac[0][0].new_zeros(plan.size, B)  # packed like M
+    X = fac[0][0].new_zeros(plan.size + 1, B)  # packed like M, and a scratch row of zeros
     out = fac[0][0].new_zeros(plan.N, B)
     for lvl, (inv, row) in zip(reversed(plan.levels), reversed(fac)):
         if lvl.d == 1:
             x = inv
         else:
-            known = X.index_select(0, lvl.target).view(lvl.k, -1, B)  # X[path[a], path[b]], b <= a
-            terms = row.index_select(1, lvl.pair_a) * known
-            s = terms.new_zeros(lvl.k, lvl.d - 1, B).index_add(1, lvl.pair_b, terms)
+            known = X.index_select(0, lvl.square).view(lvl.k, lvl.d - 1, lvl.d - 1, B)  # X[path[a], path[b]], b <= a
+            s = (row[:, :, None] * known).sum(1)
             x = torch.cat([-s * inv, inv], 1)
         X.index_copy_(0, lvl.row, x.reshape(-1, B))
         out.index_add_(0, lvl.nodes, x.square().sum(1))
