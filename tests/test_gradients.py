@@ -256,8 +256,9 @@ def test_jacrev_forward_kinematics(kd):
 
 
 def test_spd_solve_gradients_to_second_order():
-    """The solve behind ``aba`` has a hand-written backward: first and second
-    derivatives against finite differences, for a symmetric M built from a free A."""
+    """The solve behind ``aba`` has a hand-written backward and forward-mode rule: first
+    and second derivatives (reverse and forward mode) against finite differences, for
+    a symmetric M built from a free A."""
     from torchrbd.algorithms.solve import spd_solve
 
     g = torch.Generator().manual_seed(11)
@@ -267,7 +268,7 @@ def test_spd_solve_gradients_to_second_order():
     def f(A, b):
         return spd_solve(A @ A.transpose(-1, -2) + 5 * torch.eye(5, dtype=A.dtype), b)
 
-    assert gradcheck(f, (A, b))
+    assert gradcheck(f, (A, b), check_forward_ad=True)
     assert torch.autograd.gradgradcheck(f, (A, b))
 
 

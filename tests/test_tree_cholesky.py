@@ -60,7 +60,7 @@ def test_gradients_of_the_solve(seed):
     packed = tc.packed_inertia(plan, F, S, Mbb).detach().requires_grad_()
     b = torch.randn(plan.N, 2, dtype=torch.float64, requires_grad=True)
     solve = lambda P, r: tc.tree_solve(plan, P, r)  # noqa: E731
-    assert torch.autograd.gradcheck(solve, (packed, b))
+    assert torch.autograd.gradcheck(solve, (packed, b), check_forward_ad=True)
     assert torch.autograd.gradgradcheck(solve, (packed, b))
     J = torch.func.jacrev(solve, argnums=1)(packed.detach(), b.detach())  # (N, B, N, B)
     M = alg.assemble(model, Mbb, F, S)
@@ -93,6 +93,24 @@ def test_aba_on_the_tree_path_matches_pinocchio(robot, rng, rep, tree_path):
     a = robot.kd.aba(t(Hs), t(q), t(nu), t(qd), t(tau))
     for b in range(2):
         close(a[b], robot.pin.aba(rep, Hs[b], q[b], nu[b], qd[b], tau[b]), rtol=1e-8)
+
+
+@pytest.mark.parametrize("tree", [False, True], ids=["dense", "tree"])
+def test_forward_mode_and_hessians_through_aba(monkeypatch, tree):
+    """jacfwd (the solves' jvp rules) equals jacrev, and the forward-over-reverse
+    Hessian of a loss equals the reverse-over-reverse one, on either solve path."""
+    monkeypatch.setattr(tc, "pays_off", lambda *args, **kwargs: tree)
+    kd = torchrbd.models.load("quadruped")
+    g = torch.Generator().manual_seed(2)
+    H = torch.eye(4, dtype=torch.float64)
+    q, qd, tau = (torch.randn(kd.NDoF, generator=g, dtype=torch.float64) for _ in range(3))
+    nu = torch.randn(6, generator=g, dtype=torch.float64)
+    aba = lambda x: kd.aba(H, x, nu, qd, tau)  # noqa: E731
+    J = torch.func.jacrev(aba)(q)
+    torch.testing.assert_close(torch.func.jacfwd(aba)(q), J, rtol=1e-9, atol=1e-9 * J.abs().max().item())
+    loss = lambda x: aba(x).square().sum()  # noqa: E731
+    Hr = torch.func.jacrev(torch.func.jacrev(loss))(q)
+    torch.testing.assert_close(torch.func.hessian(loss)(q), Hr, rtol=1e-8, atol=1e-8 * Hr.abs().max().item())
 
 
 def test_aba_on_the_tree_path_counts_the_armature(tree_path):

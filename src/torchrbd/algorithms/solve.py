@@ -29,6 +29,16 @@ class _SPDSolve(torch.autograd.Function):
         x, U = output
         ctx.mark_non_differentiable(U)
         ctx.save_for_backward(M, x, U)
+        ctx.save_for_forward(x, U)
+
+    @staticmethod
+    def jvp(ctx, dM, db):
+        """Forward mode: ``dx = M^-1 (db - dM x)``."""
+        x, U = ctx.saved_tensors
+        rhs = torch.zeros_like(x) if db is None else db
+        if dM is not None:
+            rhs = rhs - dM @ x
+        return torch.cholesky_solve(rhs, U, upper=True), None
 
     @staticmethod
     def backward(ctx, gx, _gL):

@@ -248,6 +248,21 @@ class _TreeSolve(torch.autograd.Function):
         ctx.plan = plan
         ctx.mark_non_differentiable(*flat)
         ctx.save_for_backward(packed, x, *flat)
+        ctx.save_for_forward(x, *flat)
+
+    @staticmethod
+    def jvp(ctx, _d_plan, d_packed, d_b):
+        """Forward mode: ``dx = M^-1 (db - dM x)``, with ``dM x`` summed over the stored
+        entries (each stands for ``M[i, j]`` and ``M[j, i]``, see ``entry_weight``)."""
+        plan, (x, *flat) = ctx.plan, ctx.saved_tensors
+        rhs = torch.zeros_like(x) if d_b is None else d_b
+        if d_packed is not None:
+            r, c = plan.entry_row, plan.entry_col
+            dw = (d_packed * plan.entry_weight[:, None])[:, None]
+            rhs = rhs - x.new_zeros(x.shape).index_add(0, r, dw * x.index_select(0, c)).index_add(
+                0, c, dw * x.index_select(0, r))
+        dx = solve_factored(plan, list(zip(flat[0::2], flat[1::2])), rhs)
+        return (dx, *(None for _ in flat))
 
     @staticmethod
     def backward(ctx, gx, *_):
