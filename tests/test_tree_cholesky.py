@@ -200,3 +200,30 @@ def test_simulator_gradients_on_the_tree_path_match_finite_differences(tmp_path,
     q0[6] = 3.1
     params = dict(q0=q0, v0=torch.tensor(rng.normal(size=nv)), tau=torch.tensor(rng.normal(size=(T, nv))))
     _check_fd(run, params)
+
+
+@pytest.mark.usefixtures("sim_float64_one_thread")
+def test_fixed_base_robot_held_at_its_limit_moves_alike_on_both_paths(tmp_path, monkeypatch):
+    """A fixed-base arm driven into its shoulder limit (the limit force active for
+    most of the run): the tree path's trajectory is the dense path's."""
+    import torchrbd.sim as gs
+
+    urdf = tmp_path / "robot.urdf"
+    urdf.write_text(ROBOT)
+
+    def run(tree):
+        monkeypatch.setattr(tc, "pays_off", lambda *args, **kwargs: tree)
+        scene = gs.Scene(sim_options=gs.options.SimOptions(dt=0.002))
+        arm = scene.add_entity(gs.morphs.URDF(file=str(urdf), fixed=True))
+        scene.build(n_envs=4)
+        arm.control_dofs_force(torch.tensor([[40.0, 1.0]] * 4, dtype=torch.float64))
+        past = 0
+        for _ in range(150):
+            scene.step()
+            past += int((arm.get_dofs_position().as_subclass(torch.Tensor)[:, 0] > 3.0).any())
+        return past, arm.get_dofs_position().as_subclass(torch.Tensor), arm.get_dofs_velocity().as_subclass(torch.Tensor)
+
+    (past, q_dense, v_dense), (_, q_tree, v_tree) = run(False), run(True)
+    assert past > 50
+    torch.testing.assert_close(q_tree, q_dense, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(v_tree, v_dense, rtol=1e-10, atol=1e-10)
