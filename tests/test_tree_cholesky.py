@@ -41,7 +41,7 @@ def test_solve_and_inverse_diagonal_match_dense_algebra(seed, floating):
         return
     g = torch.Generator().manual_seed(100 + seed)
     extra = torch.rand(plan.N, M.shape[0], generator=g, dtype=torch.float64)  # added to the diagonal
-    packed = tc.packed_inertia(plan, F, S, Mbb if floating else None, extra)
+    packed = tc.packed_inertia(model, plan, F, S, Mbb if floating else None, extra)
     M = M + torch.diag_embed(extra.T)
     b = torch.randn(plan.N, 2, M.shape[0], generator=g, dtype=torch.float64)
     x = tc.tree_solve(plan, packed, b)
@@ -57,7 +57,7 @@ def test_gradients_of_the_solve(seed):
     (the hand-written backward of _TreeSolve), and torch.func through it."""
     model, Mbb, F, S, _ = _pieces(seed, B=2)
     plan = tc.tree_plan(model)
-    packed = tc.packed_inertia(plan, F, S, Mbb).detach().requires_grad_()
+    packed = tc.packed_inertia(model, plan, F, S, Mbb).detach().requires_grad_()
     b = torch.randn(plan.N, 2, dtype=torch.float64, requires_grad=True)
     solve = lambda P, r: tc.tree_solve(plan, P, r)  # noqa: E731
     assert torch.autograd.gradcheck(solve, (packed, b), check_forward_ad=True)
@@ -70,7 +70,7 @@ def test_gradients_of_the_solve(seed):
 def test_a_matrix_that_is_not_positive_definite_raises_when_checked():
     model, Mbb, F, S, _ = _pieces(0)
     plan = tc.tree_plan(model)
-    packed = tc.packed_inertia(plan, F, S, Mbb)
+    packed = tc.packed_inertia(model, plan, F, S, Mbb)
     packed[plan.diagonal[-1]] = -1.0  # a negative diagonal entry
     b = torch.ones(plan.N, packed.shape[-1], dtype=torch.float64)
     with pytest.raises(torch.linalg.LinAlgError):

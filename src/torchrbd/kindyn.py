@@ -593,8 +593,7 @@ class KinDynComputations:
             M = alg.assemble(model, Mbb, F, S)
             return spd_solve(M, to_batch_first(rhs).unsqueeze(-1)).squeeze(-1).transpose(0, 1)
         plan = tree_cholesky.tree_plan(model)
-        armature = torch.cat([model.armature.new_zeros(6), model.armature])[:, None] if model.has_armature else None
-        return tree_cholesky.tree_solve(plan, tree_cholesky.packed_inertia(plan, F, S, Mbb, armature), rhs, check=True)
+        return tree_cholesky.tree_solve(plan, tree_cholesky.packed_inertia(model, plan, F, S, Mbb), rhs, check=True)
 
 
 KinDynComputationsBatch = KinDynComputations

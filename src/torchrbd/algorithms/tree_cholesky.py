@@ -142,19 +142,23 @@ def tree_plan(model, floating: bool = True) -> TreePlan:
     return _uncached(_plan)(model.body_parent, model.body_dof, floating, str(ref.device), ref.dtype)
 
 
-def packed_inertia(plan: TreePlan, F: torch.Tensor, S: torch.Tensor, Mbb: torch.Tensor | None = None,
+def packed_inertia(model, plan: TreePlan, F: torch.Tensor, S: torch.Tensor, Mbb: torch.Tensor | None = None,
                    diagonal: torch.Tensor | None = None) -> torch.Tensor:
     """The stored entries (size, B) of M from the CRBA's pieces (see
     :func:`~torchrbd.algorithms.crba.mass_matrix_top`, internal coordinates): ``F``
     (n, 6, B) coupling rows, ``S`` (n, 6, B) motion subspaces, ``Mbb`` (6, 6, B) the
-    base block (floating base only); ``diagonal`` (N, B) or (N, 1) is added to M's
-    diagonal (armature, implicit damping)."""
+    base block (floating base only). The model's armature goes on the joints'
+    diagonal (as :func:`~torchrbd.algorithms.crba.assemble` adds it), and so does
+    ``diagonal`` (N, B) or (N, 1) when given (e.g. implicit damping)."""
     pairs = (F.index_select(0, plan.pair_row) * S.index_select(0, plan.pair_col)).sum(1)
     B = pairs.shape[-1]
     if plan.floating:
         packed = torch.cat([Mbb.reshape(36, -1).expand(36, B), F.reshape(-1, B), pairs])
     else:
         packed = pairs
+    if model.has_armature:
+        armature = torch.cat([model.armature.new_zeros(plan.N - model.n), model.armature])[:, None]
+        diagonal = armature if diagonal is None else armature + diagonal
     if diagonal is not None:
         packed = packed.index_add(0, plan.diagonal, diagonal.expand(plan.N, B))
     return packed
@@ -227,6 +231,11 @@ def solve_factored(plan: TreePlan, fac: list, b: torch.Tensor) -> torch.Tensor:
     return solve_lower(plan, fac, solve_upper(plan, fac, b))
 
 
+def _pairs(flat) -> list:
+    """The factor of :func:`factor` from its tensors flattened as ``_TreeSolve`` returns them."""
+    return list(zip(flat[0::2], flat[1::2]))
+
+
 class _TreeSolve(torch.autograd.Function):
     """x = M^-1 b with M given by its packed entries. The backward reuses the factor:
     ``g_b = M^-1 g`` and, for the entry standing for ``M[i, j]`` and ``M[j, i]``,
@@ -261,13 +270,13 @@ class _TreeSolve(torch.autograd.Function):
             dw = (d_packed * plan.entry_weight[:, None])[:, None]
             rhs = rhs - x.new_zeros(x.shape).index_add(0, r, dw * x.index_select(0, c)).index_add(
                 0, c, dw * x.index_select(0, r))
-        dx = solve_factored(plan, list(zip(flat[0::2], flat[1::2])), rhs)
+        dx = solve_factored(plan, _pairs(flat), rhs)
         return (dx, *(None for _ in flat))
 
     @staticmethod
     def backward(ctx, gx, *_):
         plan, (packed, x, *flat) = ctx.plan, ctx.saved_tensors
-        fac = factor(plan, packed) if torch.is_grad_enabled() else list(zip(flat[0::2], flat[1::2]))
+        fac = factor(plan, packed) if torch.is_grad_enabled() else _pairs(flat)
         gb = solve_factored(plan, fac, gx)
         r, c = plan.entry_row, plan.entry_col
         g_packed = gb.index_select(0, r) * x.index_select(0, c) + gb.index_select(0, c) * x.index_select(0, r)
@@ -313,10 +322,11 @@ def tree_solve(plan: TreePlan, packed: torch.Tensor, b: torch.Tensor, check: boo
     else:
         fac = factor(plan, packed)
         x, inv = solve_factored(plan, fac, b3), [i for i, _ in fac]
-    if check and inv and torch.compiler.is_compiling():  # a traced test, no graph break
-        torch._assert_async(torch.cat([i.reshape(-1) for i in inv]).isfinite().all(), NOT_PD)
-    elif check and inv and _plain(inv[0]):
-        if not bool(torch.cat([i.reshape(-1) for i in inv]).isfinite().all()):
+    if check and inv:
+        finite = torch.cat([i.reshape(-1) for i in inv]).isfinite().all()
+        if torch.compiler.is_compiling():  # a traced test, no graph break
+            torch._assert_async(finite, NOT_PD)
+        elif _plain(inv[0]) and not bool(finite):
             raise torch.linalg.LinAlgError(NOT_PD)
     return x[:, 0] if one else x
 

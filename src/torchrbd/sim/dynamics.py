@@ -229,8 +229,13 @@ def mass_matrix_and_bias(sk: StageKinematics, floating: bool, damping=None):
     h (B, nv) of :func:`crba_and_bias` (the dense M for users and tests; the step
     itself solves with the tree-sparse factorisation and never assembles it)."""
     Mbb, F, S, bias = crba_and_bias(sk, floating, damping)
-    M = alg.assemble(sk.model, Mbb, F, S)
-    return (M, bias) if floating else (M[:, 6:, 6:].contiguous(), bias)
+    return _dense_mass_matrix(sk.model, floating, Mbb, F, S), bias
+
+
+def _dense_mass_matrix(model, floating: bool, Mbb, F, S) -> torch.Tensor:
+    """M (B, nv, nv), batch-first and contiguous, from the CRBA's pieces (armature included)."""
+    M = alg.assemble(model, Mbb, F, S)
+    return M if floating else M[:, 6:, 6:].contiguous()
 
 
 def mass_and_bias(kd, R, p, q, nu, qd, floating: bool):
@@ -282,8 +287,7 @@ class _DenseFactor:
     operators, the choice for small batches."""
 
     def __init__(self, ent: EntityStatics, Mbb, F, S, diagonal):
-        M = alg.assemble(ent.kd.model, Mbb, F, S)
-        M = M if ent.floating else M[:, 6:, 6:].contiguous()
+        M = _dense_mass_matrix(ent.kd.model, ent.floating, Mbb, F, S)
         if diagonal is not None:
             M.diagonal(dim1=-2, dim2=-1).add_(diagonal)  # M is a fresh tensor of ours
         self.U = torch.linalg.cholesky_ex(M, upper=True)[0]
@@ -307,12 +311,7 @@ class _TreeFactor:
     def __init__(self, ent: EntityStatics, Mbb, F, S, diagonal):
         model = ent.kd.model
         self.plan = tc_.tree_plan(model, ent.floating)
-        if model.has_armature:  # (alg.assemble adds it for the dense M)
-            armature = torch.nn.functional.pad(model.armature, (self.plan.N - ent.n, 0))[:, None]
-            diagonal = armature if diagonal is None else armature + diagonal.T
-        elif diagonal is not None:
-            diagonal = diagonal.T
-        self.packed = tc_.packed_inertia(self.plan, F, S, Mbb, diagonal)
+        self.packed = tc_.packed_inertia(model, self.plan, F, S, Mbb, None if diagonal is None else diagonal.T)
         self.fac = None
 
     def solve(self, b):
