@@ -113,6 +113,25 @@ def test_forward_mode_and_hessians_through_aba(monkeypatch, tree):
     torch.testing.assert_close(torch.func.hessian(loss)(q), Hr, rtol=1e-8, atol=1e-8 * Hr.abs().max().item())
 
 
+def test_vmap_of_jacrev_through_aba_when_the_plan_is_first_built_inside(tree_path):
+    """The plan's index tensors are cached; built for the first time inside
+    ``vmap(jacrev(...))`` they must still be plain tensors (they were wrapped for the
+    transform's level, and the solve failed with an internal functorch assertion)."""
+    kd = torchrbd.models.load("quadruped")
+    g = torch.Generator().manual_seed(3)
+    H = torch.eye(4, dtype=torch.float64)[None]
+    q = torch.randn(3, kd.NDoF, generator=g, dtype=torch.float64)
+    nu, qd, tau = (torch.randn(1, k, generator=g, dtype=torch.float64) for k in (6, kd.NDoF, kd.NDoF))
+
+    def aba(x):
+        return kd.aba(H, x[None], nu, qd, tau)[0]
+
+    tc._plan.cache_clear()
+    J = torch.func.vmap(torch.func.jacrev(aba))(q)
+    for b in range(len(q)):
+        torch.testing.assert_close(J[b], torch.autograd.functional.jacobian(aba, q[b]))
+
+
 def test_aba_on_the_tree_path_counts_the_armature(tree_path):
     """A tree with rotor inertia: aba solves with M as mass_matrix gives it (the
     dense M includes the armature, checked against MuJoCo in test_mujoco_dynamics)."""

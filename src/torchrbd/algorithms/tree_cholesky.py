@@ -32,7 +32,11 @@ class _Level:
     ``M[i, path(i)]``; ``ancestors`` (k*(d-1),) the coordinates of their paths without
     themselves; ``square`` (k*(d-1)^2,) where ``M[path[a], path[b]]`` is stored for
     each pair of path positions (a, b) with b <= a, and the scratch row ``size`` (one
-    past the stored entries) for b > a: a whole outer product scatters in one call."""
+    past the stored entries) for b > a: a whole outer product scatters in one call.
+    The same updates as gathers, for :func:`_subtract_at` under ``torch.compile``:
+    ``square_targets`` (T,) the distinct entries of ``square`` other than the scratch
+    row and ``square_pull`` (T, m) where each one's terms sit in the outer product;
+    ``ancestor_targets`` and ``ancestor_pull`` the same for ``ancestors``."""
 
     k: int
     d: int
@@ -40,6 +44,10 @@ class _Level:
     row: torch.Tensor
     ancestors: torch.Tensor
     square: torch.Tensor
+    square_targets: torch.Tensor
+    square_pull: torch.Tensor
+    ancestor_targets: torch.Tensor
+    ancestor_pull: torch.Tensor
 
 
 @dataclass(frozen=True)
@@ -116,16 +124,32 @@ def _plan(body_parent: tuple, body_dof: tuple, floating: bool, device: str, dtyp
     def long(x):
         return torch.tensor(x, dtype=torch.long, device=device)
 
+    def pull(flat, skip):
+        """Distinct values of ``flat`` (other than ``skip``), and per value the positions
+        in ``flat`` that hold it, padded with ``len(flat)`` (an appended zero)."""
+        groups = {}
+        for pos, t in enumerate(flat):
+            if t != skip:
+                groups.setdefault(t, []).append(pos)
+        targets = sorted(groups)
+        m = max([0] + [len(g) for g in groups.values()])
+        padded = [groups[t] + [len(flat)] * (m - len(groups[t])) for t in targets]
+        return long(targets), long(padded).view(len(targets), m)
+
     levels = []
     for d in range(max([0] + [len(p) for p in paths]), 0, -1):
         nodes = [i for i in range(len(paths)) if len(paths[i]) == d]
         square = [where[paths[i][a], paths[i][b]] if b <= a else len(rows)
                   for i in nodes for a in range(d - 1) for b in range(d - 1)]
+        ancestors = [j for i in nodes for j in paths[i][:-1]]
+        square_targets, square_pull = pull(square, len(rows))
+        ancestor_targets, ancestor_pull = pull(ancestors, -1)
         levels.append(_Level(
             k=len(nodes), d=d, nodes=long(nodes),
             row=long([where[i, j] for i in nodes for j in paths[i]]),
-            ancestors=long([j for i in nodes for j in paths[i][:-1]]),
-            square=long(square),
+            ancestors=long(ancestors),
+            square=long(square), square_targets=square_targets, square_pull=square_pull,
+            ancestor_targets=ancestor_targets, ancestor_pull=ancestor_pull,
         ))
     return TreePlan(
         floating=floating, N=len(parents), size=len(rows), levels=tuple(levels),
@@ -139,7 +163,13 @@ def tree_plan(model, floating: bool = True) -> TreePlan:
     """The cached :class:`TreePlan` of ``model`` (with its 6 base coordinates first when
     ``floating``, else the joints alone) on the model's device and dtype."""
     ref = model.body_rot
-    return _uncached(_plan)(model.body_parent, model.body_dof, floating, str(ref.device), ref.dtype)
+    args = (model.body_parent, model.body_dof, floating, str(ref.device), ref.dtype)
+    if torch.compiler.is_compiling():
+        return _uncached(_plan)(*args)
+    # Built with torch.func switched off: inside a transform, ``torch.tensor`` would give
+    # tensors wrapped for that transform's level, and the cache would keep them past it.
+    with torch._C._DisableFuncTorch():
+        return _plan(*args)
 
 
 def packed_inertia(model, plan: TreePlan, F: torch.Tensor, S: torch.Tensor, Mbb: torch.Tensor | None = None,
@@ -179,8 +209,23 @@ def factor(plan: TreePlan, packed: torch.Tensor) -> list:
         row = anc * inv
         out.append((inv, row))
         if lvl.d > 1:
-            W.index_add_(0, lvl.square, (row[:, :, None] * row[:, None]).view(-1, B), alpha=-1)
+            outer = (row[:, :, None] * row[:, None]).view(-1, B)
+            W = _subtract_at(W, outer, lvl.square, lvl.square_targets, lvl.square_pull, inplace=True)
     return out
+
+
+def _subtract_at(x, values, index, targets, pull, inplace=False):
+    """``x`` with each row ``values[k]`` subtracted from row ``index[k]`` of ``x`` (repeated
+    indices add up). Eager: one ``index_add``. Under ``torch.compile`` inductor would
+    make that atomic adds, which contend between threads (aba of iCub ran slower on 2
+    threads than on 1); there each of the distinct ``targets`` (T,) gathers its own
+    terms instead, ``pull`` (T, m) their positions in ``values`` padded with
+    ``len(values)`` (standing for zero), and is written once."""
+    if torch.compiler.is_compiling():
+        padded = torch.cat([values, values.new_zeros(1, *values.shape[1:])])
+        terms = padded.index_select(0, pull.reshape(-1)).view(*pull.shape, *values.shape[1:]).sum(1)
+        return x.index_copy(0, targets, x.index_select(0, targets) - terms)
+    return x.index_add_(0, index, values, alpha=-1) if inplace else x.index_add(0, index, values, alpha=-1)
 
 
 def solve_upper(plan: TreePlan, fac: list, b: torch.Tensor) -> torch.Tensor:
@@ -188,9 +233,10 @@ def solve_upper(plan: TreePlan, fac: list, b: torch.Tensor) -> torch.Tensor:
     y = torch.zeros_like(b)
     for lvl, (inv, row) in zip(plan.levels, fac):
         yi = b.index_select(0, lvl.nodes) * inv
-        y = y.index_add(0, lvl.nodes, yi)  # each coordinate is set once
+        y = y.index_copy(0, lvl.nodes, yi)  # each coordinate is set once
         if lvl.d > 1:  # (out of place: b and the factor may differ in requires_grad or vmap batching)
-            b = b.index_add(0, lvl.ancestors, (row[:, :, None] * yi[:, None]).flatten(0, 1), alpha=-1)
+            contrib = (row[:, :, None] * yi[:, None]).flatten(0, 1)
+            b = _subtract_at(b, contrib, lvl.ancestors, lvl.ancestor_targets, lvl.ancestor_pull)
     return y
 
 
@@ -202,7 +248,7 @@ def solve_lower(plan: TreePlan, fac: list, y: torch.Tensor) -> torch.Tensor:
         if lvl.d > 1:
             known = x.index_select(0, lvl.ancestors).view(lvl.k, lvl.d - 1, *x.shape[1:])
             xi = xi - (row[:, :, None] * known).sum(1)
-        x = x.index_add(0, lvl.nodes, xi * inv)
+        x = x.index_copy(0, lvl.nodes, xi * inv)
     return x
 
 
@@ -222,7 +268,7 @@ def inverse_diagonal(plan: TreePlan, fac: list) -> torch.Tensor:
             s = (row[:, :, None] * known).sum(1)
             x = torch.cat([-s * inv, inv], 1)
         X.index_copy_(0, lvl.row, x.reshape(-1, B))
-        out.index_add_(0, lvl.nodes, x.square().sum(1))
+        out.index_copy_(0, lvl.nodes, x.square().sum(1))
     return out
 
 
