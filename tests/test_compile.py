@@ -20,9 +20,15 @@ def _inputs(kd, B=3):
     return H, r(B, n), r(B, 6), r(B, n), r(B, n)
 
 
-def test_no_graph_breaks():
+@pytest.mark.parametrize("grad", [False, True], ids=["values", "with-grad"])
+def test_no_graph_breaks(grad, monkeypatch):
+    """One graph per method, also when the inputs require grad (then aba's solves are
+    custom autograd Functions, dense and tree-sparse: a Function with a ``jvp`` broke
+    the graph at each call)."""
     kd = torchrbd.models.load("quadruped")
     H, q, nu, qd, tau = _inputs(kd)
+    if grad:
+        q, qd, tau = (x.requires_grad_() for x in (q, qd, tau))
     calls = {
         "mass_matrix": lambda: kd.mass_matrix(H, q),
         "bias_force": lambda: kd.bias_force(H, q, nu, qd),
@@ -31,7 +37,11 @@ def test_no_graph_breaks():
         "jacobian_dot": lambda: kd.jacobian_dot("FL_foot", H, q, nu, qd),
         "centroidal_momentum_matrix": lambda: kd.centroidal_momentum_matrix(H, q),
     }
-    for name, call in calls.items():
+    from torchrbd.algorithms import tree_cholesky
+
+    for name, call in [*calls.items(), ("aba on the tree path", calls["aba"])]:
+        if name == "aba on the tree path":
+            monkeypatch.setattr(tree_cholesky, "COMPILED_FROM", 1)
         torch._dynamo.reset()
         explanation = torch._dynamo.explain(call)()
         assert explanation.graph_break_count == 0, (name, explanation.break_reasons)

@@ -287,7 +287,8 @@ class _TreeSolve(torch.autograd.Function):
     ``g_b = M^-1 g`` and, for the entry standing for ``M[i, j]`` and ``M[j, i]``,
     ``-(g_b[i] x[j] + g_b[j] x[i])`` (halved on the diagonal). With ``create_graph``
     it factorises again inside the graph, so higher derivatives stay exact.
-    Outputs: x, then the factor's tensors (``(inv, row)`` per level, flattened)."""
+    Outputs: x, then the factor's tensors (``(inv, row)`` per level, flattened).
+    Forward mode is :class:`_TreeSolveJvp`'s."""
 
     generate_vmap_rule = True
 
@@ -303,7 +304,27 @@ class _TreeSolve(torch.autograd.Function):
         ctx.plan = plan
         ctx.mark_non_differentiable(*flat)
         ctx.save_for_backward(packed, x, *flat)
-        ctx.save_for_forward(x, *flat)
+
+    @staticmethod
+    def backward(ctx, gx, *_):
+        plan, (packed, x, *flat) = ctx.plan, ctx.saved_tensors
+        fac = factor(plan, packed) if torch.is_grad_enabled() else _pairs(flat)
+        gb = solve_factored(plan, fac, gx)
+        r, c = plan.entry_row, plan.entry_col
+        g_packed = gb.index_select(0, r) * x.index_select(0, c) + gb.index_select(0, c) * x.index_select(0, r)
+        g_packed = -(g_packed.sum(1) * plan.entry_weight[:, None])
+        return None, g_packed, gb
+
+
+class _TreeSolveJvp(_TreeSolve):
+    """:class:`_TreeSolve` with a forward-mode rule (``torch.func.jacfwd``, ``hessian``).
+    A separate class because ``torch.compile`` does not trace a Function that has a
+    ``jvp`` (each call would break the graph); compiled code uses the plain one."""
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _TreeSolve.setup_context(ctx, inputs, output)
+        ctx.save_for_forward(*output)
 
     @staticmethod
     def jvp(ctx, _d_plan, d_packed, d_b):
@@ -318,16 +339,6 @@ class _TreeSolve(torch.autograd.Function):
                 0, c, dw * x.index_select(0, r))
         dx = solve_factored(plan, _pairs(flat), rhs)
         return (dx, *(None for _ in flat))
-
-    @staticmethod
-    def backward(ctx, gx, *_):
-        plan, (packed, x, *flat) = ctx.plan, ctx.saved_tensors
-        fac = factor(plan, packed) if torch.is_grad_enabled() else _pairs(flat)
-        gb = solve_factored(plan, fac, gx)
-        r, c = plan.entry_row, plan.entry_col
-        g_packed = gb.index_select(0, r) * x.index_select(0, c) + gb.index_select(0, c) * x.index_select(0, r)
-        g_packed = -(g_packed.sum(1) * plan.entry_weight[:, None])
-        return None, g_packed, gb
 
 
 def pays_off(batch: int, dtype: torch.dtype, device: torch.device, compiled: bool = False) -> bool:
@@ -363,7 +374,7 @@ def tree_solve(plan: TreePlan, packed: torch.Tensor, b: torch.Tensor, check: boo
     one = b.dim() == 2
     b3 = b[:, None] if one else b
     if torch.is_grad_enabled() and (packed.requires_grad or b.requires_grad):
-        x, *flat = _TreeSolve.apply(plan, packed, b3)
+        x, *flat = (_TreeSolve if torch.compiler.is_compiling() else _TreeSolveJvp).apply(plan, packed, b3)
         inv = flat[0::2]
     else:
         fac = factor(plan, packed)
