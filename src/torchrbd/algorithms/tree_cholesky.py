@@ -352,8 +352,9 @@ def pays_off(batch: int, dtype: torch.dtype, device: torch.device, compiled: boo
       the tree is 2-3x slower. So: float32 batches of 512 or more.
     * under ``torch.compile`` (inductor fuses each level's operators; LAPACK stays a
       library call per matrix), aba of iCub in float64: 0.42x the time at 1024
-      configurations, 0.71x at 256, 1.13x at 64. So: batches of ``COMPILED_FROM`` or
-      more, in either dtype. Compiling takes about twice as long.
+      configurations, 0.71x at 256, 1.13x at 64 (1 thread); on 2 threads 0.74x at
+      1024, 0.84x at 256, even at 64. So: batches of ``COMPILED_FROM`` or more, in
+      either dtype. Compiling takes about twice as long.
 
     On CUDA it is unmeasured, so the dense path stays."""
     if compiled:
