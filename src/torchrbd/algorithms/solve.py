@@ -12,7 +12,7 @@ class _SPDSolve(torch.autograd.Function):
     batched products). ``grad_M`` is not symmetrised: it is the derivative with
     respect to each entry of M as given, which is what flows back into M's builder.
     Higher-order derivatives stay exact: with ``create_graph`` the backward
-    refactors M inside the graph. Forward mode is :class:`_SPDSolveJvp`'s."""
+    refactors M inside the graph. Forward mode: ``_SPDSolveJvp``."""
 
     generate_vmap_rule = True
 
@@ -39,24 +39,36 @@ class _SPDSolve(torch.autograd.Function):
         return -gb @ x.transpose(-1, -2), gb
 
 
-class _SPDSolveJvp(_SPDSolve):
-    """:class:`_SPDSolve` with a forward-mode rule (``torch.func.jacfwd``, ``hessian``).
-    A separate class because ``torch.compile`` does not trace a Function that has a
-    ``jvp`` (each call would break the graph); compiled code uses the plain one."""
+def _spd_jvp(ctx, dM, db):
+    """Forward mode: ``dx = M^-1 (db - dM x)``."""
+    x, U = ctx.saved_tensors
+    rhs = torch.zeros_like(x) if db is None else db
+    if dM is not None:
+        rhs = rhs - dM @ x
+    return torch.cholesky_solve(rhs, U, upper=True), None
 
-    @staticmethod
+
+def with_forward_mode(plain: type, jvp) -> type:
+    """A subclass of the autograd Function ``plain`` with the forward-mode rule ``jvp``
+    (``torch.func.jacfwd``, ``hessian``), which sees ``plain``'s outputs as
+    ``ctx.saved_tensors``. A separate class because ``torch.compile`` does not trace a
+    Function that has a ``jvp`` (each call would break the graph): compiled code keeps
+    the plain one (:func:`traceable`)."""
+
     def setup_context(ctx, inputs, output):
-        _SPDSolve.setup_context(ctx, inputs, output)
+        plain.setup_context(ctx, inputs, output)
         ctx.save_for_forward(*output)
 
-    @staticmethod
-    def jvp(ctx, dM, db):
-        """Forward mode: ``dx = M^-1 (db - dM x)``."""
-        x, U = ctx.saved_tensors
-        rhs = torch.zeros_like(x) if db is None else db
-        if dM is not None:
-            rhs = rhs - dM @ x
-        return torch.cholesky_solve(rhs, U, upper=True), None
+    body = {"setup_context": staticmethod(setup_context), "jvp": staticmethod(jvp), "__doc__": jvp.__doc__}
+    return type(plain.__name__ + "Jvp", (plain,), body)
+
+
+def traceable(plain: type, with_jvp: type) -> type:
+    """``plain`` while ``torch.compile`` traces, else ``with_jvp`` (see :func:`with_forward_mode`)."""
+    return plain if torch.compiler.is_compiling() else with_jvp
+
+
+_SPDSolveJvp = with_forward_mode(_SPDSolve, _spd_jvp)
 
 
 def spd_solve(M: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -64,5 +76,5 @@ def spd_solve(M: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
     Raises ``torch.linalg.LinAlgError`` when a matrix is not positive definite."""
     if torch.is_grad_enabled() and (M.requires_grad or b.requires_grad):
-        return (_SPDSolve if torch.compiler.is_compiling() else _SPDSolveJvp).apply(M, b)[0]
+        return traceable(_SPDSolve, _SPDSolveJvp).apply(M, b)[0]
     return _SPDSolve.forward(M, b)[0]  # nothing to differentiate: skip the Function machinery

@@ -22,6 +22,7 @@ from functools import lru_cache
 
 import torch
 
+from .solve import traceable, with_forward_mode
 from .topology import _uncached
 
 
@@ -288,7 +289,7 @@ class _TreeSolve(torch.autograd.Function):
     ``-(g_b[i] x[j] + g_b[j] x[i])`` (halved on the diagonal). With ``create_graph``
     it factorises again inside the graph, so higher derivatives stay exact.
     Outputs: x, then the factor's tensors (``(inv, row)`` per level, flattened).
-    Forward mode is :class:`_TreeSolveJvp`'s."""
+    Forward mode: ``_TreeSolveJvp``."""
 
     generate_vmap_rule = True
 
@@ -316,29 +317,21 @@ class _TreeSolve(torch.autograd.Function):
         return None, g_packed, gb
 
 
-class _TreeSolveJvp(_TreeSolve):
-    """:class:`_TreeSolve` with a forward-mode rule (``torch.func.jacfwd``, ``hessian``).
-    A separate class because ``torch.compile`` does not trace a Function that has a
-    ``jvp`` (each call would break the graph); compiled code uses the plain one."""
+def _tree_jvp(ctx, _d_plan, d_packed, d_b):
+    """Forward mode: ``dx = M^-1 (db - dM x)``, with ``dM x`` summed over the stored
+    entries (each stands for ``M[i, j]`` and ``M[j, i]``, see ``entry_weight``)."""
+    plan, (x, *flat) = ctx.plan, ctx.saved_tensors
+    rhs = torch.zeros_like(x) if d_b is None else d_b
+    if d_packed is not None:
+        r, c = plan.entry_row, plan.entry_col
+        dw = (d_packed * plan.entry_weight[:, None])[:, None]
+        rhs = rhs - x.new_zeros(x.shape).index_add(0, r, dw * x.index_select(0, c)).index_add(
+            0, c, dw * x.index_select(0, r))
+    dx = solve_factored(plan, _pairs(flat), rhs)
+    return (dx, *(None for _ in flat))
 
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        _TreeSolve.setup_context(ctx, inputs, output)
-        ctx.save_for_forward(*output)
 
-    @staticmethod
-    def jvp(ctx, _d_plan, d_packed, d_b):
-        """Forward mode: ``dx = M^-1 (db - dM x)``, with ``dM x`` summed over the stored
-        entries (each stands for ``M[i, j]`` and ``M[j, i]``, see ``entry_weight``)."""
-        plan, (x, *flat) = ctx.plan, ctx.saved_tensors
-        rhs = torch.zeros_like(x) if d_b is None else d_b
-        if d_packed is not None:
-            r, c = plan.entry_row, plan.entry_col
-            dw = (d_packed * plan.entry_weight[:, None])[:, None]
-            rhs = rhs - x.new_zeros(x.shape).index_add(0, r, dw * x.index_select(0, c)).index_add(
-                0, c, dw * x.index_select(0, r))
-        dx = solve_factored(plan, _pairs(flat), rhs)
-        return (dx, *(None for _ in flat))
+_TreeSolveJvp = with_forward_mode(_TreeSolve, _tree_jvp)
 
 
 def pays_off(batch: int, dtype: torch.dtype, device: torch.device, compiled: bool = False) -> bool:
@@ -375,7 +368,7 @@ def tree_solve(plan: TreePlan, packed: torch.Tensor, b: torch.Tensor, check: boo
     one = b.dim() == 2
     b3 = b[:, None] if one else b
     if torch.is_grad_enabled() and (packed.requires_grad or b.requires_grad):
-        x, *flat = (_TreeSolve if torch.compiler.is_compiling() else _TreeSolveJvp).apply(plan, packed, b3)
+        x, *flat = traceable(_TreeSolve, _TreeSolveJvp).apply(plan, packed, b3)
         inv = flat[0::2]
     else:
         fac = factor(plan, packed)
