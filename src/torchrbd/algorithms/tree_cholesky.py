@@ -9,14 +9,16 @@ coordinates are a chain at the root (they are ancestors of every joint).
 
 Here the factorisation runs one tree level at a time over batch-last *packed* storage
 (``(size, B)``: one row per stored entry, see :class:`TreePlan`), so that one level is
-a handful of batched gathers and scatter-adds, and ``M`` never has to be assembled as
-a dense batch-first matrix. For iCub (29 coordinates) that is about 1,100
+a handful of batched gathers and scatter-adds (under ``torch.compile``, gathers only:
+see :func:`_subtract_at`), and ``M`` never has to be assembled as a dense batch-first
+matrix. For iCub (29 coordinates) that is about 1,100
 multiply-adds per matrix against 4,000 for a dense Cholesky, but some 250 operators
 where LAPACK's batched call is one: :func:`pays_off` says when it wins.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -169,7 +171,7 @@ def tree_plan(model, floating: bool = True) -> TreePlan:
         return _uncached(_plan)(*args)
     # Built with torch.func switched off: inside a transform, ``torch.tensor`` would give
     # tensors wrapped for that transform's level, and the cache would keep them past it.
-    with torch._C._DisableFuncTorch():
+    with getattr(torch._C, "_DisableFuncTorch", contextlib.nullcontext)():
         return _plan(*args)
 
 
