@@ -584,10 +584,10 @@ class KinDynComputations:
     @staticmethod
     def _solve_mass_matrix(model, Mbb, F, S, rhs):
         """``M^-1 rhs`` (6+n, B) in the internal coordinates from the CRBA's pieces,
-        batch-last. Large float32 batches on CPU: the tree-sparse factorisation
-        (:mod:`~torchrbd.algorithms.tree_cholesky`), with no dense M. Otherwise, and when
-        compiled (the tree's data-dependent check would break the graph): LAPACK's
-        Cholesky of the assembled M."""
+        batch-last. Where :func:`~torchrbd.algorithms.tree_cholesky.pays_off` says so
+        (large float32 batches on CPU; compiled, from ``COMPILED_FROM`` configurations
+        on in either dtype): the tree-sparse factorisation, with no dense M. Otherwise
+        LAPACK's Cholesky of the assembled M."""
         compiling = torch.compiler.is_compiling()
         if not tree_cholesky.pays_off(rhs.shape[-1], rhs.dtype, rhs.device, compiled=compiling):
             M = alg.assemble(model, Mbb, F, S)
