@@ -32,6 +32,26 @@ def matmul(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     return C
 
 
+def const_matmul(A: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
+    """(k, r, c, B) @ (k, c, s) -> (k, r, s, B) for a right factor ``C`` without a batch
+    (a model constant). Eager: one batched matrix product ``C[k]^T (s, c) @ A[k, i]
+    (c, B)`` over the (k, i) pairs, several times faster on CPU than ``c``
+    multiply-adds over the batch. Compiled: those multiply-adds (:func:`matmul`), which
+    inductor fuses with their neighbours where a matrix product would be a library call."""
+    if torch.compiler.is_compiling():
+        return matmul(A, C[..., None])
+    return torch.matmul(C.transpose(1, 2)[:, None], A)
+
+
+def const_lmatmul(C: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """(k, r, t) @ (k, t, B) -> (k, r, B) for a left factor ``C`` without a batch: one
+    batched matrix product in eager, a fused multiply-sum when compiled (see
+    :func:`const_matmul`)."""
+    if torch.compiler.is_compiling():
+        return (C[..., None] * x[:, None]).sum(2)
+    return torch.bmm(C, x)
+
+
 def mm(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     """(..., 3, 3, B) @ (..., 3, 3, B) -> (..., 3, 3, B)."""
     return matmul(A, B)

@@ -18,7 +18,7 @@ import torch
 
 from ..model.model import Model
 from ..spatial import matvec
-from .batchlast import cross, halves, mask_sum, mm, mv, pair, transpose
+from .batchlast import const_matmul, cross, halves, mask_sum, matmul, mv, pair
 from .topology import topology
 
 
@@ -81,27 +81,48 @@ def body_parameters(model: Model):
     return m, h, Io
 
 
-def world_inertias(model: Model, R: torch.Tensor, p: torch.Tensor, params=None) -> SpatialInertia:
+def pseudo_inertias(model: Model) -> torch.Tensor:
+    """(nb, 4, 4) each body's pseudo-inertia ``[[Sigma, h], [h^T, m]]`` in its own frame,
+    about its origin: ``Sigma`` the second moment of mass ``int y y^T dm``
+    (``= tr(Io)/2 1 - Io``), ``h`` the first moment, ``m`` the mass. Under a pose
+    ``X = [R | p]`` it transforms as ``X Phi X^T`` (the world second moment). Cached
+    like :func:`body_parameters`."""
+    cached = model.__dict__.get("_pseudo_inertias")
+    if cached is not None:
+        return cached
+    m, h, Io = body_parameters(model)
+    eye = torch.eye(3, dtype=Io.dtype, device=Io.device)
+    sigma = 0.5 * Io.diagonal(0, -2, -1).sum(-1)[:, None, None] * eye - Io
+    phi = torch.cat([torch.cat([sigma, h[:, :, None]], 2), torch.cat([h, m[:, None]], 1)[:, None]], 1)
+    if "_body_parameters" in model.__dict__:  # cached only when nothing needs a gradient
+        object.__setattr__(model, "_pseudo_inertias", phi)
+    return phi
+
+
+def world_inertias(model: Model, R: torch.Tensor, p: torch.Tensor) -> SpatialInertia:
     """Spatial inertias of the bodies about the reference origin O, world axes.
 
     ``R`` (nb, 3, 3, B), ``p`` (nb, 3, B): world poses of the bodies.
+
+    With the poses as 3x4 rows ``X = [R | p]`` and the bodies' pseudo-inertias ``Phi``
+    (:func:`pseudo_inertias`), ``A = X Phi`` holds the world first moment in its last
+    column and the world second moment is ``Sigma = A X^T``; then ``J = tr(Sigma) 1 -
+    Sigma``. ``X Phi`` has a constant right factor: one batched matrix product
+    ``Phi^T (4, 4) @ X[k, i] (4, B)`` over the (body, row) pairs instead of four
+    multiply-adds over the batch. ``-Phi`` is used, so that ``-Sigma`` comes out of the
+    product and only J's diagonal needs another pass.
     """
-    m, h, Io = params if params is not None else body_parameters(model)
-    hr = mv(R, h[..., None])  # R h = m (c - p), world axes
-    hw = torch.addcmul(hr, m[:, None, None], p)
-    J = mm(mm(R, Io[..., None]), transpose(R))
-    # parallel-axis shift from the body origin p to O:
-    # J += (2 hr.p + m |p|^2) 1 - (hr p^T + p hr^T + m p p^T) = (hr.p + hw.p) 1 - (hr p^T + p hw^T)
-    eye = torch.eye(3, dtype=p.dtype, device=p.device)[..., None]
-    scal = ((hr + hw) * p).sum(1)  # (nb, B)
-    outer = torch.addcmul(hr[:, :, None] * p[:, None], p[:, :, None], hw[:, None])
-    J = torch.addcmul(J - outer, scal[:, None, None], eye)
-    return SpatialInertia(m[:, None], hw, J)
+    m = body_parameters(model)[0]
+    X = torch.cat([R, p[:, :, None]], 2)  # (nb, 3, 4, B)
+    A = const_matmul(X, pseudo_inertias(model).neg())  # -X Phi
+    J = matmul(A, X.transpose(1, 2))  # -Sigma (nb, 3, 3, B)
+    J.diagonal(0, 1, 2).sub_(J.diagonal(0, 1, 2).sum(-1, keepdim=True))  # + tr(Sigma) 1
+    return SpatialInertia(m[:, None], -A[:, :, 3], J)
 
 
-def center_of_mass(model: Model, R: torch.Tensor, p: torch.Tensor, params=None):
+def center_of_mass(model: Model, R: torch.Tensor, p: torch.Tensor):
     """(3, B) world CoM and the total mass (0-dim tensor)."""
-    m, h, _ = params if params is not None else body_parameters(model)
+    m, h, _ = body_parameters(model)
     hw = (R * h[:, None, :, None]).sum(-2) + m[:, None, None] * p
     M = m.sum()
     return hw.sum(0) / M, M

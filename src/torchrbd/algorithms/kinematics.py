@@ -11,7 +11,7 @@ import torch
 
 from ..model.model import Model
 from ..spatial import skew
-from .batchlast import cross, mm, mv, pieces
+from .batchlast import const_lmatmul, const_matmul, cross, mm, mv, pieces
 from .topology import Chain, chain, topology
 
 
@@ -71,23 +71,46 @@ def _joint_pose_terms(model: Model):
     return C
 
 
+def _joint_pose_matrix(model: Model) -> torch.Tensor:
+    """(nb, 12, t) the coefficients of the rows ``[R | p]`` of parent_X_body in the
+    terms ``(1, sin q, cos q[, q])`` (``q`` only with prismatic joints): the terms of
+    :func:`_joint_pose_terms` with ``1 - cos q`` split. Cached with them."""
+    cached = model.__dict__.get("_joint_pose_matrix")
+    if cached is not None:
+        return cached
+    C = _joint_pose_terms(model)[:, :, :3].flatten(2)  # (4, nb, 12)
+    cols = [C[0] + C[2], C[1], -C[2]] if topology(model).has_revolute else [C[0]]
+    if topology(model).has_prismatic:
+        cols.append(C[3])
+    K = torch.stack(cols, -1)
+    if "_joint_pose_terms" in model.__dict__:  # cached only when nothing needs a gradient
+        object.__setattr__(model, "_joint_pose_matrix", K)
+    return K
+
+
 def _local_transforms(model: Model, q: torch.Tensor, bodies=slice(None)) -> torch.Tensor:
     """parent_X_body of ``bodies`` at their coordinates ``q`` (k, B): (k, 3, 4, B)
-    ``[R | p]`` rows, or (k, 4, 4) homogeneous matrices when B = 1 (see :func:`_steps`)."""
+    ``[R | p]`` rows, or (k, 4, 4) homogeneous matrices when B = 1 (see :func:`_steps`).
+
+    Long batches: one batched product of the constant coefficients (k, 12, t) of
+    :func:`_joint_pose_matrix` with the terms (k, t, B)."""
     topo = topology(model)
-    one = q.shape[-1] == 1
-    C = _joint_pose_terms(model)[:, bodies]
-    if one:
-        q = q[..., None]  # (k, 1, 1): the batch of one is the last index
-    else:
-        C, q = C[:, :, :3, :, None], q[:, None, None]  # (4, k, 3, 4, 1), (k, 1, 1, B)
-    local = C[0]
+    if q.shape[-1] == 1:
+        C, q = _joint_pose_terms(model)[:, bodies], q[..., None]  # (k, 1, 1): the batch of one is the last index
+        local = C[0]
+        if topo.has_revolute:
+            local = torch.addcmul(local, C[1], torch.sin(q))
+            local = torch.addcmul(local, C[2], 1 - torch.cos(q))
+        if topo.has_prismatic:
+            local = torch.addcmul(local, C[3], q)
+        return local
+    terms = [torch.ones_like(q)]
     if topo.has_revolute:
-        local = torch.addcmul(local, C[1], torch.sin(q))
-        local = torch.addcmul(local, C[2], 1 - torch.cos(q))
+        terms += [torch.sin(q), torch.cos(q)]
     if topo.has_prismatic:
-        local = torch.addcmul(local, C[3], q)
-    return local if one else local.expand(-1, -1, -1, q.shape[-1])
+        terms.append(q)
+    local = const_lmatmul(_joint_pose_matrix(model)[bodies], torch.stack(terms, 1))  # (k, 12, B)
+    return local.unflatten(1, (3, 4))
 
 
 def _compose(Xp: torch.Tensor, L: torch.Tensor) -> torch.Tensor:
@@ -147,12 +170,13 @@ def motion_subspaces(model: Model, R: torch.Tensor, p: torch.Tensor, bodies=slic
     """(k, 6, B) world-origin joint twists per unit joint velocity (see :class:`Kinematics`)
     of ``bodies`` (default all) posed by ``R`` (k, 3, 3, B), ``p`` (k, 3, B)."""
     topo = topology(model)
-    axis = model.joint_axis[bodies][:, None, :, None]
-    s = (R * axis).sum(-2)  # world axis (k, 3, B)
-    s_rev = s * topo.is_revolute[bodies][:, None, None]
+    axis = model.joint_axis[bodies]
+    kinds = [topo.is_revolute[bodies]] + ([topo.is_prismatic[bodies]] if topo.has_prismatic else [])
+    s = const_matmul(R, torch.stack([axis * k[:, None] for k in kinds], -1))  # world axes (k, 3, 1 or 2, B)
+    s_rev = s[:, :, 0]
     lin = cross(p, s_rev)
     if topo.has_prismatic:
-        lin = torch.addcmul(lin, s, topo.is_prismatic[bodies][:, None, None])
+        lin = lin + s[:, :, 1]
     return torch.cat([lin, s_rev], dim=1)
 
 
