@@ -272,6 +272,25 @@ def test_spd_solve_gradients_to_second_order():
     assert torch.autograd.gradgradcheck(f, (A, b))
 
 
+def test_gradients_reach_batch_last_tensors_contiguous():
+    """A user's gradient arrives batch-first; where a batch-last intermediate was viewed
+    batch-first, its gradient is made contiguous again (otherwise the whole backward of
+    the algorithms runs on transposed strides). Values and higher-order rules unchanged."""
+    from torchrbd.algorithms.batchlast import to_batch_first
+
+    x = torch.randn(5, 3, 8, dtype=torch.float64, requires_grad=True)
+    seen = []
+    z = x * 2.0  # a batch-last intermediate (its gradient is not accumulated like a leaf's)
+    z.register_hook(lambda g: seen.append(g.is_contiguous()))
+    out = to_batch_first(z)
+    assert out.shape == (8, 5, 3)
+    upstream = torch.randn(out.shape, dtype=torch.float64)
+    out.backward(upstream)
+    assert seen == [True]
+    assert torch.equal(x.grad, 2 * upstream.permute(1, 2, 0))
+    assert gradcheck(lambda x: to_batch_first(x * x), (x.detach().requires_grad_(),), check_forward_ad=True)
+
+
 def test_jacrev_and_vmap_of_aba(kd):
     """torch.func through aba (its custom solve included): jacrev w.r.t. the torques is
     M^{-1} in the joint block's columns, and vmap(jacrev) equals the per-sample one."""

@@ -18,7 +18,7 @@ from .algorithms import representation as rep_
 from .algorithms.representation import Representations
 from .errors import InputError, ModelError
 from .model import Model, load_urdf
-from .algorithms.batchlast import to_batch_first
+from .algorithms.batchlast import batch_last_grad, to_batch_first
 from .algorithms.solve import spd_solve
 from .algorithms import tree_cholesky
 from .spatial import homogeneous
@@ -345,6 +345,7 @@ class KinDynComputations:
         One concatenation of the base, the chain's runs of consecutive columns and zero
         blocks between them (one pass, where zero-filling then scattering would make
         two), written batch-first, so that the result needs no transposing copy."""
+        chain_cols, base = batch_last_grad(chain_cols), batch_last_grad(base)
         cols, B, N = chain_cols.permute(2, 1, 0), base.shape[-1], 6 + model.n  # (B, 6, k)
         zero = base.new_zeros(())
         pieces, at = [base.permute(2, 0, 1)], 6

@@ -127,5 +127,40 @@ def transpose(A: torch.Tensor) -> torch.Tensor:
 
 
 def to_batch_first(x: torch.Tensor) -> torch.Tensor:
-    """(*s, B) -> (B, *s) (a view)."""
+    """(*s, B) -> (B, *s) (a view; its gradient comes back batch-last, see
+    :func:`batch_last_grad`)."""
+    x = batch_last_grad(x)
     return x.permute(x.dim() - 1, *range(x.dim() - 1))
+
+
+class _BatchLastGrad(torch.autograd.Function):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x):
+        return x.view_as(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.contiguous()
+
+    @staticmethod
+    def jvp(ctx, tangent):
+        return tangent
+
+
+def batch_last_grad(x: torch.Tensor) -> torch.Tensor:
+    """``x`` itself, whose gradient is made contiguous: apply it to a batch-last tensor
+    before a view lays it out batch-first. Otherwise the gradient comes back with
+    batch-first strides, elementwise operators keep their inputs' strides, and the
+    whole backward of the batch-last algorithms would run on that layout, with loops
+    along the short dimensions and reductions over strided rows (aba's
+    forward+backward: several times slower sums). In compiled code inductor picks the
+    layouts itself."""
+    if not (x.requires_grad and torch.is_grad_enabled()) or torch.compiler.is_compiling():
+        return x
+    return _BatchLastGrad.apply(x)
