@@ -161,6 +161,6 @@ def batch_last_grad(x: torch.Tensor) -> torch.Tensor:
     along the short dimensions and reductions over strided rows (aba's
     forward+backward: several times slower sums). In compiled code inductor picks the
     layouts itself."""
-    if not (x.requires_grad and torch.is_grad_enabled()) or torch.compiler.is_compiling():
-        return x
+    if not (x.requires_grad and torch.is_grad_enabled() and x.is_contiguous()) or torch.compiler.is_compiling():
+        return x  # (a view of batch-first memory keeps its gradient in that layout)
     return _BatchLastGrad.apply(x)
