@@ -163,4 +163,6 @@ def batch_last_grad(x: torch.Tensor) -> torch.Tensor:
     layouts itself."""
     if not (x.requires_grad and torch.is_grad_enabled() and x.is_contiguous()) or torch.compiler.is_compiling():
         return x  # (a view of batch-first memory keeps its gradient in that layout)
+    if x.shape[-1] < 64:
+        return x  # short batches: the layout hardly matters, an extra autograd node does
     return _BatchLastGrad.apply(x)
