@@ -150,12 +150,18 @@ def test_aba_on_the_tree_path_counts_the_armature(tree_path):
     torch.testing.assert_close(a, torch.linalg.solve(M, rhs), rtol=1e-10, atol=1e-10)
 
 
-def test_the_default_path_choice():
-    """Large float32 CPU batches take the tree, the rest LAPACK's dense Cholesky."""
+def test_the_default_path_choice(monkeypatch):
+    """Large CPU batches take the tree in float32, and in float64 when torch runs on one
+    thread; the rest LAPACK's dense Cholesky."""
     cpu, f32, f64 = torch.device("cpu"), torch.float32, torch.float64
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
     assert tc.pays_off(4096, f32, cpu) and tc.pays_off(512, f32, cpu)
     assert not tc.pays_off(1, f32, cpu) and not tc.pays_off(64, f32, cpu) and not tc.pays_off(4096, f64, cpu)
     assert not tc.pays_off(4096, f32, torch.device("cuda"))  # unmeasured there: the dense path stays
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    assert tc.pays_off(512, f64, cpu) and tc.pays_off(4096, f64, cpu)
+    assert not tc.pays_off(256, f64, cpu) and not tc.pays_off(4096, f64, torch.device("cuda"))
+    assert tc.pays_off(256, f64, cpu, compiled=True) and not tc.pays_off(64, f64, cpu, compiled=True)
 
 
 @pytest.mark.usefixtures("sim_float64_one_thread")

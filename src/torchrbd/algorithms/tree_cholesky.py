@@ -348,12 +348,15 @@ _TreeSolveJvp = with_forward_mode(_TreeSolve, _tree_jvp)
 def pays_off(batch: int, dtype: torch.dtype, device: torch.device, compiled: bool = False) -> bool:
     """Whether the tree factorisation beats the dense path (M assembled batch-first,
     then LAPACK's batched Cholesky), which needs far fewer operators. Measured on a
-    2-core CPU, in-process A/B, one thread:
+    2-core CPU, in-process A/B:
 
-    * eager: the MJCF humanoid's simulator step in float32 takes 0.91x the time at
-      256-512 environments and 0.69-0.82x at 4096, aba of iCub in float32 0.93x at
-      4096; in float64 the two are even within noise (0.94-1.10x) and for one matrix
-      the tree is 2-3x slower. So: float32 batches of 512 or more.
+    * eager, float32 (one thread): the MJCF humanoid's simulator step takes 0.91x the
+      time at 256-512 environments and 0.69-0.82x at 4096, aba of iCub 0.93x at 4096.
+    * eager, float64, aba of iCub: on one thread 0.89-0.92x at 512-4096 configurations
+      (0.96x at 256); on two threads 0.92-1.06x at 1024, because the tree's ``index_add``
+      runs on one thread while the dense path's elementwise work uses both. For one
+      matrix the tree is 2-3x slower. So: batches of 512 or more, in float32 on any
+      thread count, in float64 when torch runs on one thread.
     * under ``torch.compile`` (inductor fuses each level's operators; LAPACK stays a
       library call per matrix), aba of iCub in float64: 0.42x the time at 1024
       configurations, 0.71x at 256, 1.13x at 64 (1 thread); on 2 threads 0.74x at
@@ -361,9 +364,11 @@ def pays_off(batch: int, dtype: torch.dtype, device: torch.device, compiled: boo
       either dtype. Compiling takes about twice as long.
 
     On CUDA it is unmeasured, so the dense path stays."""
+    if device.type != "cpu":
+        return False
     if compiled:
-        return device.type == "cpu" and batch >= COMPILED_FROM
-    return device.type == "cpu" and dtype == torch.float32 and batch >= 512
+        return batch >= COMPILED_FROM
+    return batch >= 512 and (dtype == torch.float32 or torch.get_num_threads() == 1)
 
 
 COMPILED_FROM = 256
