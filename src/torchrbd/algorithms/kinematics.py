@@ -119,7 +119,7 @@ def _compose(Xp: torch.Tensor, L: torch.Tensor) -> torch.Tensor:
     X = cols[0] * rows[0]
     X = torch.addcmul(X, cols[1], rows[1])
     X = torch.addcmul(X, cols[2], rows[2])
-    X[:, :, 3:] += cols[3]  # + pp in the last column (X is a fresh tensor)
+    X[:, :, 3:].add_(cols[3])  # + pp in the last column, in place (X is fresh; `+=` would copy it back too)
     return X
 
 
