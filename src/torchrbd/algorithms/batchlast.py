@@ -26,9 +26,9 @@ def matmul(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     if A.shape[-1] == 1 and B.shape[-1] == 1:
         return torch.matmul(A.squeeze(-1), B.squeeze(-1)).unsqueeze(-1)
     cols, rows = pieces(A, -2), pieces(B, -3)
-    C = cols[0] * rows[0]
+    C = cols[0] * rows[0]  # fresh, of the full broadcast shape: accumulate in place
     for a, b in zip(cols[1:], rows[1:]):
-        C = torch.addcmul(C, a, b)
+        C.addcmul_(a, b)
     return C
 
 
@@ -62,9 +62,7 @@ def mv(A: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     if A.shape[-1] == 1 and v.shape[-1] == 1:
         return torch.matmul(A.squeeze(-1), v)
     a, x = A.unbind(-2), pieces(v, -2)
-    c = a[0] * x[0]
-    c = torch.addcmul(c, a[1], x[1])
-    return torch.addcmul(c, a[2], x[2])
+    return (a[0] * x[0]).addcmul_(a[1], x[1]).addcmul_(a[2], x[2])
 
 
 def mtv(A: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -72,9 +70,7 @@ def mtv(A: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     if A.shape[-1] == 1 and v.shape[-1] == 1:
         return torch.matmul(A.squeeze(-1).transpose(-1, -2), v)
     a, x = A.unbind(-3), pieces(v, -2)
-    c = a[0] * x[0]
-    c = torch.addcmul(c, a[1], x[1])
-    return torch.addcmul(c, a[2], x[2])
+    return (a[0] * x[0]).addcmul_(a[1], x[1]).addcmul_(a[2], x[2])
 
 
 def cross(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

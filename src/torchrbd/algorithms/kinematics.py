@@ -116,9 +116,7 @@ def _local_transforms(model: Model, q: torch.Tensor, bodies=slice(None)) -> torc
 def _compose(Xp: torch.Tensor, L: torch.Tensor) -> torch.Tensor:
     """[Rp | pp] (k, 3, 4, B) followed by [R | p] (k, 3, 4, B): [Rp R | Rp p + pp]."""
     cols, rows = pieces(Xp, 2), pieces(L, 1)
-    X = cols[0] * rows[0]
-    X = torch.addcmul(X, cols[1], rows[1])
-    X = torch.addcmul(X, cols[2], rows[2])
+    X = (cols[0] * rows[0]).addcmul_(cols[1], rows[1]).addcmul_(cols[2], rows[2])
     X[:, :, 3:].add_(cols[3])  # + pp in the last column, in place (X is fresh; `+=` would copy it back too)
     return X
 
