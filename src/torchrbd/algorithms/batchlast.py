@@ -83,7 +83,8 @@ def cross(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return torch.linalg.cross(a, b, dim=-2)
     a0, a1, a2 = a.unbind(-2)
     b0, b1, b2 = b.unbind(-2)
-    return torch.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], -2)
+    return torch.stack([(a1 * b2).addcmul_(a2, b1, value=-1), (a2 * b0).addcmul_(a0, b2, value=-1),
+                        (a0 * b1).addcmul_(a1, b0, value=-1)], -2)
 
 
 def mask_sum(mask: torch.Tensor, x: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:
