@@ -131,6 +131,8 @@ def to_batch_first(x: torch.Tensor) -> torch.Tensor:
 
 
 class _BatchLastGrad(torch.autograd.Function):
+    """Identity; the backward returns the gradient contiguous (see :func:`batch_last_grad`)."""
+
     generate_vmap_rule = True
 
     @staticmethod
