@@ -586,9 +586,9 @@ class KinDynComputations:
     def _solve_mass_matrix(model, Mbb, F, S, rhs):
         """``M^-1 rhs`` (6+n, B) in the internal coordinates from the CRBA's pieces,
         batch-last. Where :func:`~torchrbd.algorithms.tree_cholesky.pays_off` says so
-        (large float32 batches on CPU; compiled, from ``COMPILED_FROM`` configurations
-        on in either dtype): the tree-sparse factorisation, with no dense M. Otherwise
-        LAPACK's Cholesky of the assembled M."""
+        (large CPU batches: float32, or float64 on one thread; compiled, from
+        ``COMPILED_FROM`` configurations on in either dtype): the tree-sparse
+        factorisation, with no dense M. Otherwise LAPACK's Cholesky of the assembled M."""
         compiling = torch.compiler.is_compiling()
         if not tree_cholesky.pays_off(rhs.shape[-1], rhs.dtype, rhs.device, compiled=compiling):
             M = alg.assemble(model, Mbb, F, S)

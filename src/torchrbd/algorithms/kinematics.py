@@ -78,9 +78,10 @@ def _joint_pose_matrix(model: Model) -> torch.Tensor:
     cached = model.__dict__.get("_joint_pose_matrix")
     if cached is not None:
         return cached
+    topo = topology(model)
     C = _joint_pose_terms(model)[:, :, :3].flatten(2)  # (4, nb, 12)
-    cols = [C[0] + C[2], C[1], -C[2]] if topology(model).has_revolute else [C[0]]
-    if topology(model).has_prismatic:
+    cols = [C[0] + C[2], C[1], -C[2]] if topo.has_revolute else [C[0]]
+    if topo.has_prismatic:
         cols.append(C[3])
     K = torch.stack(cols, -1)
     if "_joint_pose_terms" in model.__dict__:  # cached only when nothing needs a gradient
@@ -117,7 +118,7 @@ def _compose(Xp: torch.Tensor, L: torch.Tensor) -> torch.Tensor:
     """[Rp | pp] (k, 3, 4, B) followed by [R | p] (k, 3, 4, B): [Rp R | Rp p + pp]."""
     cols, rows = pieces(Xp, 2), pieces(L, 1)
     X = (cols[0] * rows[0]).addcmul_(cols[1], rows[1]).addcmul_(cols[2], rows[2])
-    X[:, :, 3:].add_(cols[3])  # + pp in the last column, in place (X is fresh; `+=` would copy it back too)
+    X[:, :, 3:].add_(cols[3])  # + pp, in place (`X[...] += ` would also copy the slice back)
     return X
 
 
