@@ -237,6 +237,25 @@ def test_bench_samples_start_with_an_untimed_call(monkeypatch):
     assert log == ["a"] * 4 + ["b"] * 4 + ["a", "a", "b", "b"] * 2
 
 
+def test_bench_samples_warm_up_for_a_minimum_time(monkeypatch):
+    """The untimed calls before a sample last at least ``_WARM_S`` (a core that idled,
+    e.g. torch's second thread during a Pinocchio sample, runs the first milliseconds
+    slow): calls of 4 ms make three untimed calls before each 10 ms warm-up ends."""
+    from torchrbd import bench
+
+    now, log = [0.0], []
+
+    def call():
+        log.append("a")
+        now[0] += 0.004
+
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(bench, "_WARM_S", 0.01)
+    bench._timeit({"a": call}, repeat=1)
+    # 2 warm-ups, the probe (3 untimed + 1 timed: number = 1), the sample (3 untimed + 1 timed)
+    assert len(log) == 2 + 4 + 4
+
+
 def test_bench_compiles_with_the_cpp_wrapper_when_asked(monkeypatch):
     """`torchrbd bench --compile --cpp-wrapper` compiles with inductor's C++ wrapper;
     without the flag, with torch.compile's defaults."""

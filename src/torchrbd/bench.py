@@ -38,6 +38,7 @@ def _robot(name: str):
 
 
 _SPIN_SETTLE_S = 0.05
+_WARM_S = 0.01
 
 
 def _timeit(fns: dict, repeat: int, sync=None, single_threaded=("pinocchio",)) -> dict:
@@ -54,16 +55,25 @@ def _timeit(fns: dict, repeat: int, sync=None, single_threaded=("pinocchio",)) -
     slower here). So the samples of the ``single_threaded`` callables start after a
     pause of ``_SPIN_SETTLE_S`` when torch runs more than one thread.
 
-    Each sample starts with one untimed call: after that pause, or after the other
-    callable swept the caches, the first call of a sub-millisecond function ran 2-4x
-    slower here (a cold core), and at B=1 a sample holds only a few calls."""
+    Each sample starts with untimed calls of the same callable, for at least
+    ``_WARM_S`` (at least one call): after that pause, or after the other callable
+    swept the caches, the first call of a sub-millisecond function ran 2-4x slower here
+    (a cold core), and at B=1 a sample holds only a few calls. One call is not enough
+    for a core that idled: after a 50 ms sleep, iCub's mass matrix at B = 1024 (one
+    torch thread) took 10.5 ms on the first call, 8.8 on the second and 8.2 on the
+    fourth, against 7.7-7.9 in a steady loop. With two torch threads the second core
+    idles through every Pinocchio sample, so one untimed call left torch's samples
+    about 15% slow; the same rule applies to every callable, Pinocchio's included."""
     fns = {k: f for k, f in fns.items() if f is not None}
     settle = _SPIN_SETTLE_S if torch.get_num_threads() > 1 else 0.0
 
     def run(fn, number, pause=0.0):
         if pause:
             time.sleep(pause)
+        warm_until = time.perf_counter() + _WARM_S
         fn()  # untimed: warms the caches (and the core) for this callable
+        while time.perf_counter() < warm_until:
+            fn()
         if sync:
             sync()
         t0 = time.perf_counter()
