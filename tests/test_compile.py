@@ -235,3 +235,34 @@ def test_compiled_aba_on_the_tree_path(monkeypatch):
     H, q, nu, qd, tau = _inputs(small)
     torch._dynamo.reset()
     torch.testing.assert_close(small.compiled().aba(H, q, nu, qd, tau), small.aba(H, q, nu, qd, tau), rtol=1e-10, atol=1e-10)
+
+
+def test_compiled_code_reads_the_model_constants_instead_of_rebuilding_them():
+    """The compiled copy computes its model's derived constants (index tensors, merged
+    body inertias, pose coefficients, chains) before tracing, so the graph takes them
+    as inputs; a constant missing at trace time would be recomputed by every call.
+    Also after the compiled copy's model changes."""
+    kd = torchrbd.models.load("quadruped")
+    H, q, nu, qd, _ = _inputs(kd, B=2)
+    inputs = []
+
+    def capture(gm, example_inputs):
+        inputs.extend(example_inputs)
+        return gm.forward
+
+    for change in (None, lambda k: k.set_inertial_parameters(mass=k.get_inertial_parameters()["mass"] * 1.5)):
+        torch._dynamo.reset()
+        kc = kd.compiled(backend=capture)
+        if change is not None:
+            change(kc)
+        inputs.clear()
+        kc.bias_force(H, q, nu, qd)
+        kc.jacobian("FL_foot", H, q)
+        model = kc._model_for(torch.float64, "cpu")
+        body = model.frame("FL_foot")[0]
+        cached = model.__dict__
+        constants = {"pseudo-inertias": cached.get("_pseudo_inertias"), "pose terms": cached.get("_joint_pose_matrix"),
+                     "ancestor mask": getattr(cached.get("_topology"), "ancestor", None),
+                     "chain": getattr(cached.get("_chains", {}).get(body), "dofs", None)}
+        for name, constant in constants.items():
+            assert constant is not None and any(x is constant for x in inputs), name

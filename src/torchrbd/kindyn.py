@@ -108,7 +108,9 @@ class KinDynComputations:
         import copy
 
         other = copy.copy(self)
-        other._cache = {}
+        other._cache = dict(self._cache)
+        other._compiled = True
+        other._prepare_models()
         for name in self._COMPILED:
             kwargs = dict(compile_kwargs)
             inductor = kwargs.get("backend", "inductor") == "inductor" and "mode" not in kwargs
@@ -133,9 +135,21 @@ class KinDynComputations:
         return cls(load_mjcf(path, joints_name_list), **kw)
 
     # ----------------------------------------------------------- model state
+    _compiled = False  # set on the copies made by compiled()
+
     def _set_model(self, model: Model):
         self._model = model
         self._cache = {}
+        if self._compiled:
+            self._prepare_models()
+
+    def _prepare_models(self):
+        """Convert the model to the default dtype and device now and compute every
+        derived constant of the models converted so far (:func:`~torchrbd.algorithms.prepare`):
+        compiled code then reads them instead of rebuilding them in each call (a
+        conversion made while tracing cannot be stored)."""
+        for model in (*self._cache.values(), self._model_for(self._dtype, self._device)):
+            alg.prepare(model)
 
     @property
     def model(self) -> Model:

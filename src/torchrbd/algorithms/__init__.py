@@ -12,6 +12,7 @@ from .jacobians import chain_column_rates, chain_columns
 from .kinematics import (
     Kinematics, body_poses, chain_forward, chain_rows, dof_subspaces, forward, frame_pose, link_poses, per_body,
 )
+from .prepare import prepare
 from .representation import Representations
 from .rnea import body_velocities, rnea_mixed
 from .topology import Topology, topology
@@ -19,6 +20,6 @@ from .topology import Topology, topology
 __all__ = [
     "Kinematics", "Representations", "SpatialInertia", "Topology", "body_parameters", "body_poses",
     "body_velocities", "center_of_mass", "chain_column_rates", "chain_columns", "chain_forward", "chain_rows",
-    "dof_subspaces", "forward", "frame_pose", "link_poses", "mass_matrix_top", "assemble", "per_body", "rnea_mixed",
-    "topology", "world_inertias",
+    "dof_subspaces", "forward", "frame_pose", "link_poses", "mass_matrix_top", "assemble", "per_body", "prepare",
+    "rnea_mixed", "topology", "world_inertias",
 ]

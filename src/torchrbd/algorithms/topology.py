@@ -198,8 +198,30 @@ def _chain(parents: tuple, body_dof: tuple, body: int, device: str) -> Chain:
 
 
 def chain(model: Model, body: int) -> Chain:
-    """The cached :class:`Chain` from the base to ``body`` on the model's device."""
-    return _uncached(_chain)(model.body_parent, model.body_dof, body, str(model.body_rot.device))
+    """The cached :class:`Chain` from the base to ``body`` on the model's device.
+
+    Also kept on the model (``model_cached``), where compiled code finds it: dynamo does
+    not look into an ``lru_cache``, and a chain built while tracing would be rebuilt by
+    the compiled graph on every call."""
+    chains = model_cached(model, "_chains", dict)
+    found = chains.get(body)
+    if found is None:
+        found = _uncached(_chain)(model.body_parent, model.body_dof, body, str(model.body_rot.device))
+        if not torch.compiler.is_compiling():
+            chains[body] = found
+    return found
+
+
+def model_cached(model: Model, name: str, make):
+    """The model's cache attribute ``name``, created by ``make()`` on first use (outside
+    ``torch.compile``: storing it while tracing is a side effect dynamo would replay
+    as a graph break, so a trace gets a fresh, unstored one)."""
+    cache = model.__dict__.get(name)
+    if cache is None:
+        cache = make()
+        if not torch.compiler.is_compiling():
+            object.__setattr__(model, name, cache)
+    return cache
 
 
 def _uncached(fn):

@@ -25,7 +25,7 @@ from functools import lru_cache
 import torch
 
 from .solve import traceable, with_forward_mode
-from .topology import _uncached
+from .topology import _uncached, model_cached
 
 
 @dataclass(frozen=True)
@@ -165,6 +165,10 @@ def _plan(body_parent: tuple, body_dof: tuple, floating: bool, device: str, dtyp
 def tree_plan(model, floating: bool = True) -> TreePlan:
     """The cached :class:`TreePlan` of ``model`` (with its 6 base coordinates first when
     ``floating``, else the joints alone) on the model's device and dtype."""
+    plans = model_cached(model, "_tree_plans", dict)  # where compiled code finds it (see topology.chain)
+    found = plans.get(floating)
+    if found is not None:
+        return found
     ref = model.body_rot
     args = (model.body_parent, model.body_dof, floating, str(ref.device), ref.dtype)
     if torch.compiler.is_compiling():
@@ -172,7 +176,8 @@ def tree_plan(model, floating: bool = True) -> TreePlan:
     # Built with torch.func switched off: inside a transform, ``torch.tensor`` would give
     # tensors wrapped for that transform's level, and the cache would keep them past it.
     with getattr(torch._C, "_DisableFuncTorch", contextlib.nullcontext)():
-        return _plan(*args)
+        plans[floating] = _plan(*args)
+    return plans[floating]
 
 
 def packed_inertia(model, plan: TreePlan, F: torch.Tensor, S: torch.Tensor, Mbb: torch.Tensor | None = None,

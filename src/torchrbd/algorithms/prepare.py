@@ -1,0 +1,31 @@
+"""Computing a model's derived constants ahead of ``torch.compile``.
+
+Index tensors, merged body inertias, joint-pose coefficients, chains and factorisation
+plans are computed on first use and kept on the model. While ``torch.compile`` traces,
+nothing can be stored; a constant found missing is computed inside the graph, so the
+compiled code recomputes it on every call. :func:`prepare` computes them all first,
+and compiled code then reads them as inputs.
+"""
+
+from __future__ import annotations
+
+from ..model.model import Model
+from .inertia import pseudo_inertias
+from .kinematics import _joint_pose_matrix
+from .topology import chain, topology
+from .tree_cholesky import tree_plan
+
+
+def prepare(model: Model) -> Model:
+    """Fill ``model``'s caches (in eager mode; a no-op for what is already there) and
+    return it. Constants that depend on a parameter requiring grad stay uncached (they
+    are part of each call's graph)."""
+    topology(model)
+    pseudo_inertias(model)  # and the merged body parameters
+    _joint_pose_matrix(model)  # and the pose terms
+    model.frame(model.link_names[0])  # the link-name index
+    for body in range(model.nbody):
+        chain(model, body)
+    for floating in (True, False):
+        tree_plan(model, floating)
+    return model
