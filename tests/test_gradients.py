@@ -272,6 +272,41 @@ def test_spd_solve_gradients_to_second_order():
     assert torch.autograd.gradgradcheck(f, (A, b))
 
 
+def _graph_names(t: torch.Tensor) -> set:
+    """Names of the autograd nodes behind ``t``."""
+    names, stack, seen = set(), [t.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        names.add(type(node).__name__)
+        stack.extend(f for f, _ in node.next_functions)
+    return names
+
+
+def test_aba_backward_works_on_the_crba_pieces_to_second_order(kd):
+    """With gradients, aba's dense path solves through ``crba_solve``, whose backward
+    maps the gradient straight to the CRBA's pieces with masked sums (no (B, N, N)
+    gradient of M, no backward of the placement gather): the graph holds that
+    Function and no gather, and first and second derivatives w.r.t. the joint
+    positions, velocities and torques match finite differences."""
+    kd.set_frame_velocity_representation(MIXED)
+    x = state(kd.NDoF, seed=3)
+    H = pose(_rot(np.random.default_rng(9)), x["r"], x["p"]).expand(2, 4, 4)
+    nu = torch.stack([x["nu"], -x["nu"]])
+    inputs = tuple(torch.stack([x[k], 0.5 * x[k]]).requires_grad_() for k in ("q", "qd", "tau"))
+    scale = kd.aba(H, inputs[0], nu, inputs[1], inputs[2]).abs().max().item()
+
+    def f(q, qd, tau):
+        return kd.aba(H, q, nu, qd, tau) / scale
+
+    names = _graph_names(f(*inputs))
+    assert "_CRBASolveBackward" in names and not any("Gather" in n for n in names), names
+    assert gradcheck(f, inputs, eps=1e-6, atol=1e-6, rtol=1e-5)
+    assert torch.autograd.gradgradcheck(f, inputs, eps=1e-6, atol=1e-5, rtol=1e-4, fast_mode=True)
+
+
 def test_gradients_reach_batch_last_tensors_contiguous():
     """A user's gradient arrives batch-first; where a batch-last intermediate was viewed
     batch-first, its gradient is made contiguous again (otherwise the whole backward of

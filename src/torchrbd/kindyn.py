@@ -20,7 +20,7 @@ from .errors import InputError, ModelError
 from .model import Model, load_urdf
 from .algorithms.batchlast import batch_last_grad, to_batch_first
 from .algorithms.solve import spd_solve
-from .algorithms import tree_cholesky
+from .algorithms import crba_solve, tree_cholesky
 from .spatial import homogeneous
 
 _SPECS = {
@@ -605,6 +605,9 @@ class KinDynComputations:
         factorisation, with no dense M. Otherwise LAPACK's Cholesky of the assembled M."""
         compiling = torch.compiler.is_compiling()
         if not tree_cholesky.pays_off(rhs.shape[-1], rhs.dtype, rhs.device, compiled=compiling):
+            pieces = (Mbb, F, S, rhs)
+            if torch.is_grad_enabled() and any(t.requires_grad for t in pieces) and crba_solve.applies(model, *pieces):
+                return crba_solve.crba_solve(model, *pieces)  # a backward without the dense gradient of M
             M = alg.assemble(model, Mbb, F, S)
             return spd_solve(M, to_batch_first(rhs).unsqueeze(-1)).squeeze(-1).transpose(0, 1)
         plan = tree_cholesky.tree_plan(model)
