@@ -63,7 +63,8 @@ def _timeit(fns: dict, repeat: int, sync=None, single_threaded=("pinocchio",)) -
     torch thread) took 10.5 ms on the first call, 8.8 on the second and 8.2 on the
     fourth, against 7.7-7.9 in a steady loop. With two torch threads the second core
     idles through every Pinocchio sample, so one untimed call left torch's samples
-    about 15% slow; the same rule applies to every callable, Pinocchio's included."""
+    5-20% slow (mass matrix, aba); the same rule applies to every callable,
+    Pinocchio's included."""
     fns = {k: f for k, f in fns.items() if f is not None}
     settle = _SPIN_SETTLE_S if torch.get_num_threads() > 1 else 0.0
 

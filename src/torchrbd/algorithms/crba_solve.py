@@ -49,8 +49,7 @@ def applies(model, *tensors) -> bool:
     coordinate per body, and no armature that needs a gradient."""
     if torch.compiler.is_compiling() or not all(_plain(t) for t in tensors):
         return False
-    topo = topology(model)
-    if len(set(topo.body_of_dof.tolist())) != model.n:  # several coordinates on one body
+    if not model_cached(model, "_one_dof_per_body", lambda: len(set(topology(model).body_of_dof.tolist())) == model.n):
         return False
     return not (model.armature is not None and model.armature.requires_grad)
 
