@@ -241,7 +241,8 @@ def test_compiled_code_reads_the_model_constants_instead_of_rebuilding_them():
     """The compiled copy computes its model's derived constants (index tensors, merged
     body inertias, pose coefficients, chains) before tracing, so the graph takes them
     as inputs; a constant missing at trace time would be recomputed by every call.
-    Also after the compiled copy's model changes."""
+    Also after the compiled copy's model changes, and for methods of a fresh instance
+    compiled directly (the constructor computes them)."""
     kd = torchrbd.models.load("quadruped")
     H, q, nu, qd, _ = _inputs(kd, B=2)
     inputs = []
@@ -250,9 +251,15 @@ def test_compiled_code_reads_the_model_constants_instead_of_rebuilding_them():
         inputs.extend(example_inputs)
         return gm.forward
 
-    for change in (None, lambda k: k.set_inertial_parameters(mass=k.get_inertial_parameters()["mass"] * 1.5)):
+    def compile_methods(k):  # what a user may write instead of kd.compiled()
+        k.bias_force, k.jacobian = (torch.compile(f, backend=capture) for f in (k.bias_force, k.jacobian))
+        return k
+
+    changes = (None, lambda k: k.set_inertial_parameters(mass=k.get_inertial_parameters()["mass"] * 1.5))
+    for change, compiled in [(c, lambda: kd.compiled(backend=capture)) for c in changes] + [
+            (None, lambda: compile_methods(torchrbd.models.load("quadruped")))]:
         torch._dynamo.reset()
-        kc = kd.compiled(backend=capture)
+        kc = compiled()
         if change is not None:
             change(kc)
         inputs.clear()

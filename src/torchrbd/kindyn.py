@@ -83,6 +83,7 @@ class KinDynComputations:
         self._dtype = dtype or torch.float64
         self._device = torch.device(device) if device is not None else torch.device("cpu")
         self._set_model(m.to(self._dtype, self._device))
+        self._prepare_models()  # a few ms: then even torch.compile(kd.method) reads the model's constants
         self.representation = Representations.MIXED_REPRESENTATION
 
     # -------------------------------------------------------- compiled path

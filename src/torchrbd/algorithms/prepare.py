@@ -4,7 +4,8 @@ Index tensors, merged body inertias, joint-pose coefficients, chains and factori
 plans are computed on first use and kept on the model. While ``torch.compile`` traces,
 nothing can be stored; a constant found missing is computed inside the graph, so the
 compiled code recomputes it on every call. :func:`prepare` computes them all first,
-and compiled code then reads them as inputs.
+and compiled code then reads them as inputs. ``KinDynComputations`` calls it in its
+constructor (about 9 ms for iCub) and for its compiled copies.
 """
 
 from __future__ import annotations
