@@ -307,6 +307,25 @@ def test_aba_backward_works_on_the_crba_pieces_to_second_order(kd):
     assert torch.autograd.gradgradcheck(f, inputs, eps=1e-6, atol=1e-5, rtol=1e-4, fast_mode=True)
 
 
+def test_pose_composition_rules_to_second_order():
+    """Forward kinematics composes poses through a Function with hand-written backward
+    and forward-mode rules (long batches, with gradients): first and second derivatives
+    (reverse and forward mode) against finite differences, broadcasting of the parent
+    pose included, and ``vmap`` over an extra dimension."""
+    from torchrbd.algorithms.kinematics import _compose, _compose_values
+
+    g = torch.Generator().manual_seed(12)
+    Xp = torch.randn(1, 3, 4, 64, generator=g, dtype=torch.float64, requires_grad=True)  # one parent, broadcast
+    L = torch.randn(2, 3, 4, 64, generator=g, dtype=torch.float64, requires_grad=True)
+    names = _graph_names(_compose(Xp, L))
+    assert "_ComposeBackward" in names, names
+    torch.testing.assert_close(_compose(Xp, L), _compose_values(Xp.detach(), L.detach()), rtol=0, atol=0)
+    assert gradcheck(_compose, (Xp, L), check_forward_ad=True)
+    assert torch.autograd.gradgradcheck(_compose, (Xp, L))
+    batched = torch.func.vmap(_compose, in_dims=(None, 0))(Xp, torch.stack([L, 2 * L]))
+    torch.testing.assert_close(batched[1], _compose_values(Xp.detach(), 2 * L.detach()))
+
+
 def test_gradients_reach_batch_last_tensors_contiguous():
     """A user's gradient arrives batch-first; where a batch-last intermediate was viewed
     batch-first, its gradient is made contiguous again (otherwise the whole backward of

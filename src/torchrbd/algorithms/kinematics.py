@@ -11,7 +11,7 @@ import torch
 
 from ..model.model import Model
 from ..spatial import skew
-from .batchlast import const_lmatmul, const_matmul, cross, mm, mv, pieces
+from .batchlast import const_lmatmul, const_matmul, cross, matmul, mm, mv, pieces, transpose
 from .topology import Chain, chain, topology
 
 
@@ -115,11 +115,59 @@ def _local_transforms(model: Model, q: torch.Tensor, bodies=slice(None)) -> torc
 
 
 def _compose(Xp: torch.Tensor, L: torch.Tensor) -> torch.Tensor:
-    """[Rp | pp] (k, 3, 4, B) followed by [R | p] (k, 3, 4, B): [Rp R | Rp p + pp]."""
+    """[Rp | pp] (k, 3, 4, B) followed by [R | p] (k, 3, 4, B): [Rp R | Rp p + pp].
+
+    With gradients (eager): :class:`_Compose`, whose backward is two batch-last
+    products. Autograd through the multiply-adds below would reduce over broadcast
+    dimensions and concatenate the gradients of the split pieces, about twice the
+    operators."""
+    if torch.is_grad_enabled() and (Xp.requires_grad or L.requires_grad) and not torch.compiler.is_compiling():
+        return _Compose.apply(Xp, L)  # (a Function with a jvp: never under torch.compile)
+    return _compose_values(Xp, L)
+
+
+def _compose_values(Xp: torch.Tensor, L: torch.Tensor) -> torch.Tensor:
     cols, rows = pieces(Xp, 2), pieces(L, 1)
     X = (cols[0] * rows[0]).addcmul_(cols[1], rows[1]).addcmul_(cols[2], rows[2])
     X[:, :, 3:].add_(cols[3])  # + pp, in place (`X[...] += ` would also copy the slice back)
     return X
+
+
+class _Compose(torch.autograd.Function):
+    """:func:`_compose` with the backward ``grad Xp = [G L^T | G_p]`` (``L`` as a 3x4
+    matrix, ``G_p`` the gradient's last column) and ``grad L = Rp^T G``, and the
+    forward-mode rule ``[dRp | dpp] o L + Rp [dR | dp]``."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(Xp, L):
+        return _compose_values(Xp, L)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
+
+    @staticmethod
+    def backward(ctx, G):
+        Xp, L = ctx.saved_tensors
+        grad_Xp = grad_L = None
+        if ctx.needs_input_grad[0]:
+            grad_Xp = torch.cat([matmul(G, transpose(L)), G[:, :, 3:]], 2).sum_to_size(Xp.shape)
+        if ctx.needs_input_grad[1]:
+            grad_L = matmul(transpose(Xp[:, :, :3]), G).sum_to_size(L.shape)
+        return grad_Xp, grad_L
+
+    @staticmethod
+    def jvp(ctx, dXp, dL):
+        Xp, L = ctx.saved_tensors
+        dX = 0
+        if dXp is not None:
+            dX = _compose_values(dXp, L)
+        if dL is not None:
+            dX = dX + matmul(Xp[:, :, :3], dL)
+        return dX
 
 
 def _compose_one(Xp: torch.Tensor, L: torch.Tensor) -> torch.Tensor:
