@@ -326,6 +326,31 @@ def test_pose_composition_rules_to_second_order():
     torch.testing.assert_close(batched[1], _compose_values(Xp.detach(), 2 * L.detach()))
 
 
+@pytest.mark.parametrize("product", ["matmul", "mv", "mtv"])
+def test_batch_last_product_rules_to_second_order(product):
+    """The batch-last products take a Function with hand-written backward and
+    forward-mode rules when a gradient is needed: first and second derivatives (reverse
+    and forward mode) against finite differences, with broadcasting over bodies and a
+    constant factor without a batch (last dimension 1), and ``vmap``."""
+    from torchrbd.algorithms import batchlast
+
+    g = torch.Generator().manual_seed(13)
+    r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64, requires_grad=True)  # noqa: E731
+    A, C = r(2, 3, 3, 64), r(1, 3, 3, 1)  # C: one constant matrix for all bodies and configurations
+    right = r(2, 3, 4, 64) if product == "matmul" else r(2, 3, 64)
+    f = getattr(batchlast, product)
+    names = _graph_names(f(A, right))
+    assert "_MatmulBackward" in names, names
+    for inputs in ((A, right), (C, right)):
+        assert gradcheck(f, inputs, check_forward_ad=True)
+        assert torch.autograd.gradgradcheck(f, inputs)
+    with torch.no_grad():
+        plain = f(A, right)
+    torch.testing.assert_close(f(A, right), plain, rtol=0, atol=0)
+    batched = torch.func.vmap(f, in_dims=(None, 0))(A, torch.stack([right, 2 * right]))
+    torch.testing.assert_close(batched[1], 2 * plain)
+
+
 def test_gradients_reach_batch_last_tensors_contiguous():
     """A user's gradient arrives batch-first; where a batch-last intermediate was viewed
     batch-first, its gradient is made contiguous again (otherwise the whole backward of

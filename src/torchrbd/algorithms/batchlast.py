@@ -18,18 +18,70 @@ import torch
 
 
 def matmul(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
-    """(..., r, c, B) @ (..., c, s, B) -> (..., r, s, B).
+    """(..., r, c, B) @ (..., c, s, B) -> (..., r, s, B) (broadcasting).
 
-    Long batches: ``c`` fused multiply-adds over contiguous rows. A batch of one
-    (both operands ending in 1): one library matmul, fewer kernel launches.
+    Long batches: ``c`` fused multiply-adds over contiguous rows; with gradients (eager),
+    through :class:`_Matmul`, whose backward is two such products. A batch of one (both
+    operands ending in 1): one library matmul, fewer kernel launches.
     """
     if A.shape[-1] == 1 and B.shape[-1] == 1:
         return torch.matmul(A.squeeze(-1), B.squeeze(-1)).unsqueeze(-1)
+    if _with_rules(A, B):
+        return _Matmul.apply(A, B)
+    return _matmul_values(A, B)
+
+
+def _matmul_values(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     cols, rows = pieces(A, -2), pieces(B, -3)
     C = cols[0] * rows[0]  # fresh, of the full broadcast shape: accumulate in place
     for a, b in zip(cols[1:], rows[1:]):
         C.addcmul_(a, b)
     return C
+
+
+def _with_rules(*operands) -> bool:
+    """Whether a product goes through its Function with hand-written rules: eager mode
+    (dynamo cannot trace a Function with a ``jvp``; inductor differentiates the
+    multiply-adds itself) and an operand that needs a gradient."""
+    return (torch.is_grad_enabled() and any(x.requires_grad for x in operands)
+            and not torch.compiler.is_compiling())
+
+
+class _Matmul(torch.autograd.Function):
+    """Batch-last :func:`matmul` with the backward ``grad A = G B^T``, ``grad B = A^T G``
+    (summed over broadcast dimensions) and the forward-mode rule ``dA B + A dB``.
+    Autograd through the multiply-adds would reduce over the broadcast dimension of
+    every product and concatenate the gradients of the split pieces: about twice the
+    operators (iCub, B = 1024, forward+backward, 2 / 1 threads: mass matrix 0.94 / 0.88x
+    the time, bias force 0.96 / 0.79x, CMM 0.85 / 0.74x)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(A, B):
+        return _matmul_values(A, B)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
+
+    @staticmethod
+    def backward(ctx, G):
+        A, B = ctx.saved_tensors
+        grad_A = matmul(G, transpose(B)).sum_to_size(A.shape) if ctx.needs_input_grad[0] else None
+        grad_B = matmul(transpose(A), G).sum_to_size(B.shape) if ctx.needs_input_grad[1] else None
+        return grad_A, grad_B
+
+    @staticmethod
+    def jvp(ctx, dA, dB):
+        A, B = ctx.saved_tensors
+        out = 0
+        if dA is not None:
+            out = matmul(dA, B)
+        if dB is not None:
+            out = out + matmul(A, dB)
+        return out
 
 
 def const_matmul(A: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
@@ -61,6 +113,8 @@ def mv(A: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """(..., 3, 3, B) @ (..., 3, B) -> (..., 3, B)."""
     if A.shape[-1] == 1 and v.shape[-1] == 1:
         return torch.matmul(A.squeeze(-1), v)
+    if _with_rules(A, v):
+        return _Matmul.apply(A, v.unsqueeze(-2)).squeeze(-2)
     a, x = A.unbind(-2), pieces(v, -2)
     return (a[0] * x[0]).addcmul_(a[1], x[1]).addcmul_(a[2], x[2])
 
@@ -69,6 +123,8 @@ def mtv(A: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """A^T v for (..., 3, 3, B), (..., 3, B) -> (..., 3, B)."""
     if A.shape[-1] == 1 and v.shape[-1] == 1:
         return torch.matmul(A.squeeze(-1).transpose(-1, -2), v)
+    if _with_rules(A, v):
+        return _Matmul.apply(transpose(A), v.unsqueeze(-2)).squeeze(-2)
     a, x = A.unbind(-3), pieces(v, -2)
     return (a[0] * x[0]).addcmul_(a[1], x[1]).addcmul_(a[2], x[2])
 
