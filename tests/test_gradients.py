@@ -351,6 +351,23 @@ def test_batch_last_product_rules_to_second_order(product):
     torch.testing.assert_close(batched[1], 2 * plain)
 
 
+def test_batch_last_cross_product_rules_to_second_order():
+    """Long batches with gradients take the cross product's Function: first and second
+    derivatives (reverse and forward mode) against finite differences, with one vector
+    broadcast against a pair (as RNEA crosses both halves of a 6-vector), and ``vmap``."""
+    from torchrbd.algorithms.batchlast import cross
+
+    g = torch.Generator().manual_seed(14)
+    a = torch.randn(2, 1, 3, 64, generator=g, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(2, 2, 3, 64, generator=g, dtype=torch.float64, requires_grad=True)
+    assert "_CrossBackward" in _graph_names(cross(a, b))
+    torch.testing.assert_close(cross(a, b), torch.linalg.cross(a.expand_as(b), b, dim=-2))
+    assert gradcheck(cross, (a, b), check_forward_ad=True)
+    assert torch.autograd.gradgradcheck(cross, (a, b))
+    batched = torch.func.vmap(cross, in_dims=(None, 0))(a, torch.stack([b, -b]))
+    torch.testing.assert_close(batched[1], -cross(a, b))
+
+
 def test_gradients_reach_batch_last_tensors_contiguous():
     """A user's gradient arrives batch-first; where a batch-last intermediate was viewed
     batch-first, its gradient is made contiguous again (otherwise the whole backward of

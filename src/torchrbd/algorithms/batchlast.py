@@ -132,15 +132,58 @@ def mtv(A: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 def cross(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Cross product of (..., 3, B) vectors (broadcasting). For long batches it is
     written out by components (faster than ``torch.linalg.cross`` along a non-last
-    dimension); for short ones the single library call costs less."""
+    dimension), with gradients (eager) through :class:`_Cross`; for short ones the
+    single library call costs less."""
     if max(a.shape[-1], b.shape[-1]) < 64:
         if a.dim() != b.dim():  # linalg.cross broadcasts, but only between equal ranks
             a, b = (a[(None,) * (b.dim() - a.dim())], b) if a.dim() < b.dim() else (a, b[(None,) * (a.dim() - b.dim())])
         return torch.linalg.cross(a, b, dim=-2)
+    if _with_rules(a, b):
+        return _Cross.apply(a, b)
+    return _cross_values(a, b)
+
+
+def _cross_values(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     a0, a1, a2 = a.unbind(-2)
     b0, b1, b2 = b.unbind(-2)
     return torch.stack([(a1 * b2).addcmul_(a2, b1, value=-1), (a2 * b0).addcmul_(a0, b2, value=-1),
                         (a0 * b1).addcmul_(a1, b0, value=-1)], -2)
+
+
+class _Cross(torch.autograd.Function):
+    """Batch-last :func:`cross` with the backward ``grad a = b x G``, ``grad b = G x a``
+    (summed over broadcast dimensions) and the forward-mode rule ``da x b + a x db``:
+    two cross products instead of autograd through six products (iCub, B = 1024,
+    forward+backward, in-process A/Bs on 1 and 2 threads: bias force 0.88-0.99x the
+    time, aba 0.90-1.00x; mass matrix and CMM within the noise)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(a, b):
+        return _cross_values(a, b)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
+
+    @staticmethod
+    def backward(ctx, G):
+        a, b = ctx.saved_tensors
+        grad_a = cross(b, G).sum_to_size(a.shape) if ctx.needs_input_grad[0] else None
+        grad_b = cross(G, a).sum_to_size(b.shape) if ctx.needs_input_grad[1] else None
+        return grad_a, grad_b
+
+    @staticmethod
+    def jvp(ctx, da, db):
+        a, b = ctx.saved_tensors
+        out = 0
+        if da is not None:
+            out = cross(da, b)
+        if db is not None:
+            out = out + cross(a, db)
+        return out
 
 
 def mask_sum(mask: torch.Tensor, x: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:
