@@ -11,7 +11,9 @@ import torch
 
 from ..model.model import Model
 from ..spatial import skew
-from .batchlast import const_lmatmul, const_matmul, cross, matmul, mm, mv, pieces, transpose
+from .batchlast import (
+    bilinear_function, const_lmatmul, const_matmul, cross, matmul, mm, mv, pieces, transpose, with_rules,
+)
 from .topology import Chain, chain, topology
 
 
@@ -117,12 +119,10 @@ def _local_transforms(model: Model, q: torch.Tensor, bodies=slice(None)) -> torc
 def _compose(Xp: torch.Tensor, L: torch.Tensor) -> torch.Tensor:
     """[Rp | pp] (k, 3, 4, B) followed by [R | p] (k, 3, 4, B): [Rp R | Rp p + pp].
 
-    With gradients (eager): :class:`_Compose`, whose backward is two batch-last
-    products. Autograd through the multiply-adds below would reduce over broadcast
-    dimensions and concatenate the gradients of the split pieces, about twice the
-    operators."""
-    if torch.is_grad_enabled() and (Xp.requires_grad or L.requires_grad) and not torch.compiler.is_compiling():
-        return _Compose.apply(Xp, L)  # (a Function with a jvp: never under torch.compile)
+    With gradients (eager): ``_Compose``, whose backward is two batch-last products
+    (see :func:`~.batchlast.bilinear_function`)."""
+    if with_rules(Xp, L):
+        return _Compose.apply(Xp, L)
     return _compose_values(Xp, L)
 
 
@@ -133,41 +133,14 @@ def _compose_values(Xp: torch.Tensor, L: torch.Tensor) -> torch.Tensor:
     return X
 
 
-class _Compose(torch.autograd.Function):
-    """:func:`_compose` with the backward ``grad Xp = [G L^T | G_p]`` (``L`` as a 3x4
-    matrix, ``G_p`` the gradient's last column) and ``grad L = Rp^T G``, and the
-    forward-mode rule ``[dRp | dpp] o L + Rp [dR | dp]``."""
-
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(Xp, L):
-        return _compose_values(Xp, L)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(*inputs)
-        ctx.save_for_forward(*inputs)
-
-    @staticmethod
-    def backward(ctx, G):
-        Xp, L = ctx.saved_tensors
-        grad_Xp = grad_L = None
-        if ctx.needs_input_grad[0]:
-            grad_Xp = torch.cat([matmul(G, transpose(L)), G[:, :, 3:]], 2).sum_to_size(Xp.shape)
-        if ctx.needs_input_grad[1]:
-            grad_L = matmul(transpose(Xp[:, :, :3]), G).sum_to_size(L.shape)
-        return grad_Xp, grad_L
-
-    @staticmethod
-    def jvp(ctx, dXp, dL):
-        Xp, L = ctx.saved_tensors
-        dX = 0
-        if dXp is not None:
-            dX = _compose_values(dXp, L)
-        if dL is not None:
-            dX = dX + matmul(Xp[:, :, :3], dL)
-        return dX
+_Compose = bilinear_function(
+    "_Compose", _compose_values,
+    lambda G, Xp, L: torch.cat([matmul(G, transpose(L)), G[:, :, 3:]], 2),
+    lambda G, Xp, L: matmul(transpose(Xp[:, :, :3]), G),
+    tangent_right=lambda Xp, dL: matmul(Xp[:, :, :3], dL),  # Rp [dR | dp]: pp is constant in L
+    doc="""Batch-last :func:`_compose`: ``grad Xp = [G L^T | G_p]`` (``L`` as a 3x4
+    matrix, ``G_p`` the gradient's last column) and ``grad L = Rp^T G``.""",
+)
 
 
 def _compose_one(Xp: torch.Tensor, L: torch.Tensor) -> torch.Tensor:
