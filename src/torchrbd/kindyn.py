@@ -607,7 +607,7 @@ class KinDynComputations:
         compiling = torch.compiler.is_compiling()
         if not tree_cholesky.pays_off(rhs.shape[-1], rhs.dtype, rhs.device, compiled=compiling):
             pieces = (Mbb, F, S, rhs)
-            if torch.is_grad_enabled() and any(t.requires_grad for t in pieces) and crba_solve.applies(model, *pieces):
+            if crba_solve.applies(model, *pieces):
                 return crba_solve.crba_solve(model, *pieces)  # a backward without the dense gradient of M
             M = alg.assemble(model, Mbb, F, S)
             return spd_solve(M, to_batch_first(rhs).unsqueeze(-1)).squeeze(-1).transpose(0, 1)

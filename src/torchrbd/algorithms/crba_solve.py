@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import torch
 
-from .batchlast import mask_sum, to_batch_first
+from .batchlast import mask_sum, to_batch_first, with_rules
 from .crba import assemble
+from .solve import _SPDSolve, spd_solve
 from .topology import model_cached, topology
 from .tree_cholesky import _plain
 
@@ -44,10 +45,11 @@ def dof_support(model) -> torch.Tensor:
 
 
 def applies(model, *tensors) -> bool:
-    """Whether :func:`crba_solve` can stand in for autograd through the assembled M: eager
-    mode, plain tensors (not inside a ``torch.func`` transform or a trace), one
-    coordinate per body, and no armature that needs a gradient."""
-    if torch.compiler.is_compiling() or not all(_plain(t) for t in tensors):
+    """Whether :func:`crba_solve` should stand in for autograd through the assembled M:
+    a gradient is wanted in eager mode (:func:`~.batchlast.with_rules`), the tensors are
+    plain (not inside a ``torch.func`` transform), one coordinate per body, and no
+    armature that needs a gradient."""
+    if not with_rules(*tensors) or not all(_plain(t) for t in tensors):
         return False
     if not model_cached(model, "_one_dof_per_body", lambda: len(set(topology(model).body_of_dof.tolist())) == model.n):
         return False
@@ -67,8 +69,8 @@ class _CRBASolve(torch.autograd.Function):
     @staticmethod
     def forward(ctx, model, Mbb, F, S, rhs):
         M = assemble(model, Mbb, F, S)
-        U = torch.linalg.cholesky(M, upper=True)  # raises LinAlgError when not PD
-        x = torch.cholesky_solve(to_batch_first(rhs).unsqueeze(-1), U, upper=True).squeeze(-1)  # (B, N)
+        x, U = _SPDSolve.forward(M, to_batch_first(rhs).unsqueeze(-1))  # raises LinAlgError when not PD
+        x = x.squeeze(-1)  # (B, N)
         ctx.model = model
         ctx.save_for_backward(Mbb, F, S, rhs, U, x)
         return x.transpose(0, 1)
@@ -78,8 +80,6 @@ class _CRBASolve(torch.autograd.Function):
         model = ctx.model
         Mbb, F, S, rhs, U, x = ctx.saved_tensors
         if torch.is_grad_enabled():  # double backward: solve again inside the graph
-            from .solve import spd_solve
-
             M = assemble(model, Mbb, F, S)
             x = spd_solve(M, to_batch_first(rhs).unsqueeze(-1)).squeeze(-1)
             g = spd_solve(M, to_batch_first(grad).unsqueeze(-1)).squeeze(-1)
