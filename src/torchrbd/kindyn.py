@@ -20,7 +20,7 @@ from .errors import InputError, ModelError
 from .model import Model, load_urdf
 from .algorithms.batchlast import batch_last_grad, to_batch_first
 from .algorithms.solve import spd_solve
-from .algorithms import crba_solve, tree_cholesky
+from .algorithms import articulated, crba_solve, tree_cholesky
 from .spatial import homogeneous
 
 _SPECS = {
@@ -568,7 +568,9 @@ class KinDynComputations:
         external_wrenches=None,
     ) -> torch.Tensor:
         """(..., 6+n) ``[base acceleration; joint accelerations]`` of the free-floating
-        robot: solves ``M a + h = [0; tau] + sum J^T w`` (CRBA + batched Cholesky)."""
+        robot: solves ``M a + h = [0; tau] + sum J^T w``: the articulated-body algorithm
+        for large batches without gradients (:mod:`~torchrbd.algorithms.articulated`), else
+        the CRBA and a batched Cholesky solve."""
         model, bs, a, kin, R, p = self._velocity_inputs(
             base_transform, joint_positions, base_velocity, joint_velocities, joint_torques=joint_torques,
         )
@@ -579,15 +581,19 @@ class KinDynComputations:
         # axes): there M is as well conditioned wherever the robot is, and the base
         # acceleration is converted to the representation afterwards.
         inertia = alg.world_inertias(model, kin.R, kin.p)
-        Mbb, F, S = alg.mass_matrix_top(model, kin, inertia)
         g = torch.cat([model.gravity, torch.zeros_like(model.gravity)])[:, None].expand(6, qd.shape[-1])
-        h = alg.rnea_mixed(model, kin, inertia, rep_.to_internal(rep, R, p, nu), -g, qd, None)
+        V0 = rep_.to_internal(rep, R, p, nu)
         f = torch.cat([torch.zeros_like(nu), self._bl(a["joint_torques"])], 0)
         if w:
             f = f + self._wrench_forces(model, kin, R, p, w)
         f = torch.cat([rep_.forces_to_internal(rep, f[:6], R, p), f[6:]], 0)
         try:
-            acc = self._solve_mass_matrix(model, Mbb, F, S, f - h)
+            if articulated.applies(model, V0, qd, f, kin.R):
+                acc = articulated.articulated_body(model, kin, inertia, V0, qd, f, g)
+            else:
+                Mbb, F, S = alg.mass_matrix_top(model, kin, inertia)
+                h = alg.rnea_mixed(model, kin, inertia, V0, -g, qd, None)
+                acc = self._solve_mass_matrix(model, Mbb, F, S, f - h)
         except torch.linalg.LinAlgError:
             raise ModelError(
                 f"{model.name}: the mass matrix is not positive definite at this configuration "

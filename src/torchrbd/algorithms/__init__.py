@@ -1,4 +1,4 @@
-"""Pure functions ``(model, tensors) -> tensors``: kinematics, CRBA, RNEA, Jacobians.
+"""Pure functions ``(model, tensors) -> tensors``: kinematics, CRBA, RNEA, ABA, Jacobians.
 
 They work with world axes and about one reference origin O, the origin of the
 frame the kinematics were computed in, on batch-last tensors (see :mod:`.batchlast`); :mod:`.representation` converts

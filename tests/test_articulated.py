@@ -1,0 +1,165 @@
+"""The articulated-body sweep behind ``aba`` for large batches without gradients
+(algorithms/articulated.py) against Pinocchio and MuJoCo, and when it is (not) taken."""
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import torchrbd
+from torchrbd import ModelError
+from torchrbd.algorithms import articulated
+from pin_reference import REPRESENTATIONS, PinRobot
+from random_trees import random_state, tree_from_rng
+from test_kinematics import close, sample
+from test_mujoco_dynamics import WALKER, Twin
+
+t = torch.tensor
+
+
+@pytest.fixture
+def sweeps(monkeypatch):
+    """Count the sweep's calls, and let every batch size take it (by default only
+    batches of ``articulated.FROM`` or more do)."""
+    calls = []
+    original = articulated.articulated_body
+
+    def counted(*args):
+        calls.append(args[-1].shape[-1])
+        return original(*args)
+
+    monkeypatch.setattr(articulated, "articulated_body", counted)
+    monkeypatch.setattr(articulated, "FROM", 1)
+    return calls
+
+
+@pytest.mark.parametrize("rep", REPRESENTATIONS, ids=lambda r: r.name)
+def test_sweep_matches_pinocchio(robot, rng, rep, sweeps):
+    robot.kd.set_frame_velocity_representation(rep)
+    Hs, q, nu, qd = sample(robot, rng, 3)
+    tau = rng.normal(size=(3, robot.n))
+    a = robot.kd.aba(t(Hs), t(q), t(nu), t(qd), t(tau))
+    assert sweeps == [3]
+    for b in range(3):
+        close(a[b], robot.pin.aba(rep, Hs[b], q[b], nu[b], qd[b], tau[b]), rtol=1e-8)
+    # external wrenches: the same as the CRBA path, which test_dynamics checks against Pinocchio
+    w = {f: t(rng.normal(size=(3, 6))) for f in robot.frames[:2]}
+    a = robot.kd.aba(t(Hs), t(q), t(nu), t(qd), t(tau), external_wrenches=w)
+    assert len(sweeps) == 2
+    articulated.FROM = 10**9
+    close(a, robot.kd.aba(t(Hs), t(q), t(nu), t(qd), t(tau), external_wrenches=w).numpy(), rtol=1e-10)
+    assert len(sweeps) == 2
+
+
+def test_large_batches_take_the_sweep_by_default(rng):
+    """iCub at the threshold: taken without being forced, and every configuration right."""
+    from conftest import SEED_JOINTS, icub_path
+
+    kd = torchrbd.KinDynComputations(str(icub_path()), SEED_JOINTS)
+    pin = PinRobot(str(icub_path()), kd.joints_name_list)
+    robot = type("R", (), {"n": kd.NDoF})
+    B = articulated.FROM
+    Hs, q, nu, qd = sample(robot, rng, B)
+    tau = rng.normal(size=(B, kd.NDoF))
+    taken = []
+    original = articulated.articulated_body
+    try:
+        articulated.articulated_body = lambda *args: taken.append(1) or original(*args)
+        a = kd.aba(t(Hs), t(q), t(nu), t(qd), t(tau))
+        assert taken == [1]
+        small = kd.aba(t(Hs[:B - 1]), t(q[:B - 1]), t(nu[:B - 1]), t(qd[:B - 1]), t(tau[:B - 1]))
+        assert taken == [1], "a batch below the threshold took the sweep"
+    finally:
+        articulated.articulated_body = original
+    rep = REPRESENTATIONS[1]  # MIXED, the default
+    for b in range(B):
+        close(a[b], pin.aba(rep, Hs[b], q[b], nu[b], qd[b], tau[b]), rtol=1e-8)
+    close(small, a[:B - 1].numpy(), rtol=1e-10)
+
+
+def test_sweep_on_random_trees(sweeps):
+    """Prismatic, continuous and fixed joints, links declared in random order, in every
+    representation; among the trees, levels that are not runs of consecutive bodies
+    (results added by index) and coordinates in another order than the bodies."""
+    rng = np.random.default_rng(11)
+    kinds, permuted, checked = set(), False, 0
+    while checked < 8:
+        tree = tree_from_rng(rng, max_links=12)
+        kd = torchrbd.KinDynComputations(tree.urdf, tree.joints_name_list)
+        if kd.NDoF < 2:
+            continue
+        plan, dof_pos = articulated._level_plan(kd.model)
+        kinds |= {kind for _, (kind, _), _ in plan}
+        permuted |= dof_pos is not None
+        path = tree.write()
+        try:
+            pin = PinRobot(path, kd.joints_name_list)
+        finally:
+            os.remove(path)
+        H, q, nu, qd, tau = random_state(rng, kd.NDoF, 4)
+        for rep in REPRESENTATIONS:
+            kd.set_frame_velocity_representation(rep)
+            a = kd.aba(H, q, nu, qd, tau)
+            for b in range(4):
+                close(a[b], pin.aba(rep, *(x[b].numpy() for x in (H, q, nu, qd, tau))), rtol=1e-8)
+        checked += 1
+    assert len(sweeps) == 8 * len(REPRESENTATIONS)
+    assert kinds == {"same", "one", "index"} and permuted
+
+
+@pytest.mark.parametrize("one_joint_per_body", [False, True], ids=["two_hinges_on_a_body", "one_joint_per_body"])
+def test_sweep_with_armature_and_a_slide_matches_mujoco(sweeps, one_joint_per_body):
+    """MuJoCo's floating walker: armature on the pivots, a slide, a welded body, and
+    (unless removed) a body with two hinges, which becomes a chain of two bodies."""
+    xml = WALKER
+    if one_joint_per_body:
+        xml = WALKER.replace('<joint name="hip_x" axis="1 0 0.3" pos="0.01 0.02 0.04"/>', "")
+        assert xml != WALKER
+    walker = Twin(xml)
+    assert walker.kd.model.has_armature
+    rng = np.random.default_rng(5)
+    states, expected = [], []
+    for _ in range(4):
+        H, q, qpos, qvel = walker.random_state(rng)
+        R = H[:3, :3]
+        tau = rng.normal(size=walker.n)
+        A = walker.A(R)
+        _, _, qacc = walker.mujoco(qpos, qvel, A[:, 6:] @ tau)
+        nu, qd = walker.ours_velocity(qvel, R)
+        states.append((H, q, nu, qd, tau))
+        expected.append(np.concatenate([qacc[:3], R @ qacc[3:6], qacc[walker.dadr]]))
+    acc = walker.kd.aba(*(t(np.stack(x)) for x in zip(*states)))
+    assert sweeps == [4]
+    close(acc, np.stack(expected))
+
+
+def test_gradients_take_the_crba_path(sweeps, rng):
+    """With an input that requires grad, aba keeps the CRBA path and its hand-written
+    backwards; its values equal the sweep's."""
+    from conftest import SEED_JOINTS, icub_path
+
+    kd = torchrbd.KinDynComputations(str(icub_path()), SEED_JOINTS)
+    Hs, q, nu, qd = sample(type("R", (), {"n": kd.NDoF}), rng, 2)
+    tau = t(rng.normal(size=(2, kd.NDoF)))
+    qg = t(q).requires_grad_()
+    a = kd.aba(t(Hs), qg, t(nu), t(qd), tau)
+    assert sweeps == [] and a.grad_fn is not None
+    close(a.detach(), kd.aba(t(Hs), t(q), t(nu), t(qd), tau).numpy(), rtol=1e-10)
+    assert sweeps == [2]
+    with torch.no_grad():
+        kd.aba(t(Hs), qg, t(nu), t(qd), tau)
+    assert sweeps == [2, 2]
+
+
+def test_a_massless_joint_is_an_error_on_the_sweep(sweeps):
+    kd = torchrbd.KinDynComputations(
+        '<robot name="r"><link name="base"><inertial><mass value="1"/>'
+        '<inertia ixx="1" ixy="0" ixz="0" iyy="1" iyz="0" izz="1"/></inertial></link><link name="tip"/>'
+        '<joint name="spin" type="revolute"><parent link="base"/><child link="tip"/><axis xyz="0 0 1"/>'
+        '<limit lower="-1" upper="1" effort="1" velocity="1"/></joint></robot>'
+    )
+    one, zero = torch.ones(2, 1, dtype=torch.float64), torch.zeros(2, 6, dtype=torch.float64)
+    with pytest.raises(ModelError, match="not positive definite"):
+        kd.aba(torch.eye(4, dtype=torch.float64).expand(2, 4, 4), one, zero, one, one)
+    assert sweeps == [2]
