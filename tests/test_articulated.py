@@ -163,3 +163,20 @@ def test_a_massless_joint_is_an_error_on_the_sweep(sweeps):
     with pytest.raises(ModelError, match="not positive definite"):
         kd.aba(torch.eye(4, dtype=torch.float64).expand(2, 4, 4), one, zero, one, one)
     assert sweeps == [2]
+
+
+def test_float32_sweep_within_the_documented_bound(sweeps):
+    """docs/accuracy.md: float32 aba within 1e-3 of float64 (relative), here on the sweep,
+    with the base near the origin and, for BODY_FIXED and MIXED, 100 m away."""
+    from conftest import SEED_JOINTS, icub_path
+    from random_trees import far, rel_err
+    from test_properties import F32_BOUNDS, INERTIAL
+
+    kd = torchrbd.KinDynComputations(str(icub_path()), SEED_JOINTS)
+    state = random_state(np.random.default_rng(8), kd.NDoF, 32)
+    for rep in REPRESENTATIONS:
+        kd.set_frame_velocity_representation(rep)
+        for sample in [state] + ([far(state)] if rep is not INERTIAL else []):
+            err = rel_err(kd.aba(*(x.float() for x in sample)), kd.aba(*sample))
+            assert err <= F32_BOUNDS["aba"], f"{rep.name}: {err:.2e}"
+    assert sweeps == [32] * 10
