@@ -164,11 +164,12 @@ def applies(model: Model, *tensors) -> bool:
     return all(_plain(t) for t in tensors)
 
 
-FROM = 128
+FROM = 256
 """The smallest batch that takes the sweep. Its operator count does not depend on the
 batch (about 150 more than the CRBA path's), so it only pays off once the batch is
-large. iCub, float64, CPU, in-process A/B against the CRBA path (each sample
-interleaved): on 2 threads 1.1x the time at 64-96 configurations, 0.96-0.99x at 128,
-0.85x at 256, 0.72x at 1024; on 1 thread 0.85-0.94x at 128, 0.84x at 1024 and 0.77x at
-4096; float32, 2 threads: 0.91x at 128, 0.81x at 1024-4096. Under ``torch.compile``
-the tree-sparse factorisation stays (the compiled sweep measured 1.2x its time)."""
+large. iCub, float64, CPU, in-process A/Bs against the CRBA path (samples
+interleaved): on 2 threads 1.1x the time at 64-96 configurations, 0.96-1.04x at 128,
+0.85-0.89x at 256, 0.72-0.78x at 1024; on 1 thread 0.85-0.94x at 128, 0.84x at 1024,
+0.77x at 4096; float32, 2 threads (against the tree-sparse solve): 0.91x at 128,
+0.81-0.90x at 1024-4096. Under ``torch.compile`` the tree-sparse factorisation stays
+(the compiled sweep measured 1.2x its time)."""
