@@ -176,7 +176,35 @@ def test_float32_sweep_within_the_documented_bound(sweeps):
     state = random_state(np.random.default_rng(8), kd.NDoF, 32)
     for rep in REPRESENTATIONS:
         kd.set_frame_velocity_representation(rep)
-        for sample in [state] + ([far(state)] if rep is not INERTIAL else []):
-            err = rel_err(kd.aba(*(x.float() for x in sample)), kd.aba(*sample))
+        for placed in [state] + ([far(state)] if rep is not INERTIAL else []):
+            err = rel_err(kd.aba(*(x.float() for x in placed)), kd.aba(*placed))
             assert err <= F32_BOUNDS["aba"], f"{rep.name}: {err:.2e}"
     assert sweeps == [32] * 10
+
+
+def test_parameters_that_require_grad_take_the_crba_path(sweeps):
+    """A mass (set_inertial_parameters) or an armature that requires grad: the CRBA path,
+    whose gradients flow to them (the sweep updates its blocks in place)."""
+    walker = Twin(WALKER)
+    rng = np.random.default_rng(9)
+    states = [walker.random_state(rng) for _ in range(2)]
+    H = t(np.stack([s[0] for s in states]))
+    q = t(np.stack([s[1] for s in states]))
+    nu, qd, tau = (t(rng.normal(size=(2, k))) for k in (6, walker.n, walker.n))
+    expected = walker.kd.aba(H, q, nu, qd, tau)
+    assert sweeps == [2]
+
+    mass = walker.kd.get_inertial_parameters()["mass"].clone().requires_grad_(True)
+    kd = torchrbd.KinDynComputations(walker.kd.model)
+    kd.set_inertial_parameters(mass=mass)
+    a = kd.aba(H, q, nu, qd, tau)
+    (grad,) = torch.autograd.grad(a.square().sum(), mass)
+    assert sweeps == [2] and grad.abs().max() > 0
+    close(a.detach(), expected.numpy(), rtol=1e-10)
+
+    armature = walker.kd.model.armature.clone().requires_grad_(True)
+    kd = torchrbd.KinDynComputations(walker.kd.model.replace(armature=armature))
+    a = kd.aba(H, q, nu, qd, tau)
+    (grad,) = torch.autograd.grad(a.square().sum(), armature)
+    assert sweeps == [2] and grad.abs().max() > 0
+    close(a.detach(), expected.numpy(), rtol=1e-10)

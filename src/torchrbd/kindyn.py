@@ -588,7 +588,7 @@ class KinDynComputations:
             f = f + self._wrench_forces(model, kin, R, p, w)
         f = torch.cat([rep_.forces_to_internal(rep, f[:6], R, p), f[6:]], 0)
         try:
-            if articulated.applies(model, V0, qd, f, kin.R):
+            if articulated.applies(model, kin, inertia, V0, qd, f):
                 acc = articulated.articulated_body(model, kin, inertia, V0, qd, f, g)
             else:
                 Mbb, F, S = alg.mass_matrix_top(model, kin, inertia)

@@ -168,12 +168,16 @@ def articulated_body(
     return torch.cat([base, qdd if dof_pos is None else qdd[dof_pos]])
 
 
-def applies(model: Model, *tensors) -> bool:
+def applies(model: Model, kin: Kinematics, inertia: SpatialInertia, *tensors) -> bool:
     """Whether ``aba`` takes this sweep instead of the CRBA and a Cholesky solve: eager,
-    no gradient wanted (the CRBA path has hand-written backwards), plain tensors (not in a
-    ``torch.func`` transform), and a batch of at least :data:`FROM` configurations."""
+    no gradient wanted from any input, pose or inertial parameter (the CRBA path has
+    hand-written backwards; the sweep updates its blocks in place), plain tensors (not
+    in a ``torch.func`` transform), and a batch of at least :data:`FROM` configurations."""
     if torch.compiler.is_compiling() or tensors[0].shape[-1] < FROM:
         return False
+    tensors = (*tensors, kin.R, kin.p, kin.S, inertia.m, inertia.h, inertia.J)
+    if model.has_armature:
+        tensors = (*tensors, model.armature)
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         return False
     return all(_plain(t) for t in tensors)
