@@ -23,6 +23,15 @@ SEED_JOINTS = [
 ]
 
 
+# A floating base with a massless link on a revolute joint: M is singular.
+MASSLESS_JOINT_URDF = (
+    '<robot name="r"><link name="base"><inertial><mass value="1"/>'
+    '<inertia ixx="1" ixy="0" ixz="0" iyy="1" iyz="0" izz="1"/></inertial></link><link name="tip"/>'
+    '<joint name="spin" type="revolute"><parent link="base"/><child link="tip"/><axis xyz="0 0 1"/>'
+    '<limit lower="-1" upper="1" effort="1" velocity="1"/></joint></robot>'
+)
+
+
 def icub_path(name="iCubGazeboV2_5"):
     import icub_models
 

@@ -13,6 +13,7 @@ from torchrbd.algorithms import articulated
 from pin_reference import REPRESENTATIONS, PinRobot
 from random_trees import random_state, tree_from_rng
 from test_kinematics import close, sample
+from conftest import MASSLESS_JOINT_URDF
 from test_mujoco_dynamics import WALKER, Twin
 
 t = torch.tensor
@@ -119,16 +120,7 @@ def test_sweep_with_armature_and_a_slide_matches_mujoco(sweeps, one_joint_per_bo
     walker = Twin(xml)
     assert walker.kd.model.has_armature
     rng = np.random.default_rng(5)
-    states, expected = [], []
-    for _ in range(4):
-        H, q, qpos, qvel = walker.random_state(rng)
-        R = H[:3, :3]
-        tau = rng.normal(size=walker.n)
-        A = walker.A(R)
-        _, _, qacc = walker.mujoco(qpos, qvel, A[:, 6:] @ tau)
-        nu, qd = walker.ours_velocity(qvel, R)
-        states.append((H, q, nu, qd, tau))
-        expected.append(np.concatenate([qacc[:3], R @ qacc[3:6], qacc[walker.dadr]]))
+    states, expected = zip(*(walker.aba_case(rng) for _ in range(4)))
     acc = walker.kd.aba(*(t(np.stack(x)) for x in zip(*states)))
     assert sweeps == [4]
     close(acc, np.stack(expected))
@@ -153,12 +145,7 @@ def test_gradients_take_the_crba_path(sweeps, rng):
 
 
 def test_a_massless_joint_is_an_error_on_the_sweep(sweeps):
-    kd = torchrbd.KinDynComputations(
-        '<robot name="r"><link name="base"><inertial><mass value="1"/>'
-        '<inertia ixx="1" ixy="0" ixz="0" iyy="1" iyz="0" izz="1"/></inertial></link><link name="tip"/>'
-        '<joint name="spin" type="revolute"><parent link="base"/><child link="tip"/><axis xyz="0 0 1"/>'
-        '<limit lower="-1" upper="1" effort="1" velocity="1"/></joint></robot>'
-    )
+    kd = torchrbd.KinDynComputations(MASSLESS_JOINT_URDF)
     one, zero = torch.ones(2, 1, dtype=torch.float64), torch.zeros(2, 6, dtype=torch.float64)
     with pytest.raises(ModelError, match="not positive definite"):
         kd.aba(torch.eye(4, dtype=torch.float64).expand(2, 4, 4), one, zero, one, one)

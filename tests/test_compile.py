@@ -9,6 +9,7 @@ import torch._dynamo
 
 import torchrbd
 import torchrbd.models
+from conftest import MASSLESS_JOINT_URDF
 
 
 def _inputs(kd, B=3):
@@ -221,12 +222,7 @@ def test_compiled_aba_on_the_tree_path(monkeypatch):
             expected = (a.detach(), grads)
     torch.testing.assert_close((a.detach(), grads), expected, rtol=1e-10, atol=1e-10)
 
-    massless = torchrbd.KinDynComputations(
-        '<robot name="r"><link name="base"><inertial><mass value="1"/>'
-        '<inertia ixx="1" ixy="0" ixz="0" iyy="1" iyz="0" izz="1"/></inertial></link><link name="tip"/>'
-        '<joint name="spin" type="revolute"><parent link="base"/><child link="tip"/><axis xyz="0 0 1"/>'
-        '<limit lower="-1" upper="1" effort="1" velocity="1"/></joint></robot>'
-    )
+    massless = torchrbd.KinDynComputations(MASSLESS_JOINT_URDF)
     one, zero = torch.ones(1, 1, dtype=torch.float64), torch.zeros(1, 6, dtype=torch.float64)
     with pytest.raises(RuntimeError, match="not positive definite"):
         massless.compiled(backend="eager").aba(torch.eye(4, dtype=torch.float64)[None], one, zero, one, one)

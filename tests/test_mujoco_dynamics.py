@@ -166,6 +166,17 @@ class Twin:
                 else np.concatenate([R.T @ v, w_l])
         return nu, qvel[self.dadr]
 
+    def aba_case(self, rng):
+        """A random floating-base state ``(H, q, nu, qd, tau)`` (MIXED) and MuJoCo's
+        forward dynamics there as ``[nudot; qdd]``: nudot = K qacc_mj with
+        K = diag(1, R, 1) (Kdot qvel = [0; R [w_l]x w_l] = 0)."""
+        H, q, qpos, qvel = self.random_state(rng)
+        R = H[:3, :3]
+        tau = rng.normal(size=self.n)
+        _, _, qacc = self.mujoco(qpos, qvel, self.A(R)[:, 6:] @ tau)
+        nu, qd = self.ours_velocity(qvel, R)
+        return (H, q, nu, qd, tau), np.concatenate([qacc[:3], R @ qacc[3:6], qacc[self.dadr]])
+
     def mujoco(self, qpos, qvel, qfrc_applied=None):
         """(M, qfrc_bias, qacc) of MuJoCo at the state."""
         d = self.d
@@ -239,19 +250,11 @@ def test_floating_mass_bias(walker, rep):
 
 
 def test_floating_aba(walker):
-    """MIXED: nudot = K qacc_mj with K = diag(1, R, 1) (Kdot qvel = [0; R [w_l]x w_l] = 0)."""
     rng = np.random.default_rng(2)
     t = torch.tensor
     for _ in range(4):
-        H, q, qpos, qvel = walker.random_state(rng)
-        R = H[:3, :3]
-        tau = rng.normal(size=walker.n)
-        A = walker.A(R)
-        _, _, qacc = walker.mujoco(qpos, qvel, A[:, 6:] @ tau)
-        nu, qd = walker.ours_velocity(qvel, R)
-        acc = walker.kd.aba(t(H), t(q), t(nu), t(qd), t(tau))
-        expected = np.concatenate([qacc[:3], R @ qacc[3:6], qacc[walker.dadr]])
-        close(acc, expected)
+        (H, q, nu, qd, tau), expected = walker.aba_case(rng)
+        close(walker.kd.aba(t(H), t(q), t(nu), t(qd), t(tau)), expected)
 
 
 def test_batched_matches_mujoco(walker):
