@@ -126,9 +126,9 @@ def _compose(Xp: torch.Tensor, L: torch.Tensor) -> torch.Tensor:
     return _compose_values(Xp, L)
 
 
-def _compose_values(Xp: torch.Tensor, L: torch.Tensor) -> torch.Tensor:
+def _compose_values(Xp: torch.Tensor, L: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     cols, rows = pieces(Xp, 2), pieces(L, 1)
-    X = (cols[0] * rows[0]).addcmul_(cols[1], rows[1]).addcmul_(cols[2], rows[2])
+    X = torch.mul(cols[0], rows[0], out=out).addcmul_(cols[1], rows[1]).addcmul_(cols[2], rows[2])
     X[:, :, 3:].add_(cols[3])  # + pp, in place (`X[...] += ` would also copy the slice back)
     return X
 
@@ -176,12 +176,33 @@ def body_poses(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: torc
     topo = topology(model)
     local = _local_transforms(model, per_body(model, q))
     X0, step, unsqueeze = _steps(base_R, base_p)
+    if _in_place(topo, X0, local):
+        return _body_poses_in_place(topo, X0, local)
     X = [X0]
     for L, par in zip(_level_rows(topo, local), topo.level_parent_pos):  # parents all sit on the previous level
         X.append(step(X[-1][par], L))
     X = unsqueeze(torch.cat(X, 0))
     if topo.unsort is not None:
         X = X[topo.unsort]
+    R, p = X.split_with_sizes([3, 1], 2)
+    return R, p[:, :, 0]
+
+
+def _in_place(topo, X0: torch.Tensor, local: torch.Tensor) -> bool:
+    """Whether the levels compose straight into one buffer (no final ``cat``): a long
+    batch without gradients in eager mode, levels stored as consecutive runs."""
+    return (X0.dim() == 4 and not torch.compiler.is_compiling() and not with_rules(X0, local)
+            and topo.unsort is None)
+
+
+def _body_poses_in_place(topo, X0: torch.Tensor, local: torch.Tensor):
+    """:func:`body_poses` writing each level's poses into its rows of one (nb, 3, 4, B)
+    buffer (``out=``): the same operators, less the concatenation of the levels."""
+    X = X0.new_empty(local.shape[0], *X0.shape[1:])
+    X[0] = X0[0]
+    prev = X[:1]
+    for L, rows, par in zip(_level_rows(topo, local), topo.levels, topo.level_parent_pos):
+        prev = _compose_values(prev[par], L, out=X[rows])
     R, p = X.split_with_sizes([3, 1], 2)
     return R, p[:, :, 0]
 
