@@ -176,7 +176,7 @@ def body_poses(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: torc
     topo = topology(model)
     local = _local_transforms(model, per_body(model, q))
     X0, step, unsqueeze = _steps(base_R, base_p)
-    if _in_place(topo, X0, local):
+    if topo.unsort is None and _in_place(X0, local):  # levels stored as consecutive runs
         return _body_poses_in_place(topo, X0, local)
     X = [X0]
     for L, par in zip(_level_rows(topo, local), topo.level_parent_pos):  # parents all sit on the previous level
@@ -188,11 +188,10 @@ def body_poses(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: torc
     return R, p[:, :, 0]
 
 
-def _in_place(topo, X0: torch.Tensor, local: torch.Tensor) -> bool:
-    """Whether the levels compose straight into one buffer (no final ``cat``): a long
-    batch without gradients in eager mode, levels stored as consecutive runs."""
-    return (X0.dim() == 4 and not torch.compiler.is_compiling() and not with_rules(X0, local)
-            and topo.unsort is None)
+def _in_place(X0: torch.Tensor, local: torch.Tensor) -> bool:
+    """Whether poses compose straight into one buffer (``out=``, no final ``cat``): a
+    long batch without gradients in eager mode."""
+    return X0.dim() == 4 and not torch.compiler.is_compiling() and not with_rules(X0, local)
 
 
 def _body_poses_in_place(topo, X0: torch.Tensor, local: torch.Tensor):
@@ -238,11 +237,17 @@ def chain_forward(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: t
         return Kinematics(base_R[None], base_p[None], S, path)
     local = _local_transforms(model, q.index_select(0, path.dofs), path.bodies)
     X, step, unsqueeze = _steps(base_R, base_p)
-    poses = []
-    for L in pieces(local, 0):
-        X = step(X, L)
-        poses.append(X)
-    X = unsqueeze(torch.cat(poses, 0) if subspaces else X)
+    if subspaces and _in_place(X, local):
+        poses = X.new_empty(local.shape[0], *X.shape[1:])
+        for i, L in enumerate(pieces(local, 0)):
+            X = _compose_values(X, L, out=poses[i:i + 1])
+        X = poses
+    else:
+        poses = []
+        for L in pieces(local, 0):
+            X = step(X, L)
+            poses.append(X)
+        X = unsqueeze(torch.cat(poses, 0) if subspaces else X)
     R, p = X.split_with_sizes([3, 1], 2)
     p = p[:, :, 0]
     S = motion_subspaces(model, R, p, path.bodies) if subspaces else None
