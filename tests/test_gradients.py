@@ -233,6 +233,29 @@ def test_vmap_jacobian(kd):
     torch.testing.assert_close(J_vmap, J_batch, rtol=1e-12, atol=1e-12)
 
 
+def test_vmap_over_batched_calls_without_gradients(kd):
+    """vmap over a dimension in front of a batch of several configurations, without
+    gradients: where the eager code writes into buffers (``out=``, which vmap cannot
+    batch) or takes the articulated-body sweep, it must fall back inside the transform."""
+    from torchrbd.algorithms import articulated
+
+    x, B = state(kd.NDoF, seed=4), articulated.FROM
+    g = torch.Generator().manual_seed(4)
+    H = pose(torch.eye(3, dtype=torch.float64), x["r"], x["p"]).expand(2, B, 4, 4)
+    q, qd, tau = (torch.randn(2, B, kd.NDoF, generator=g, dtype=torch.float64) for _ in range(3))
+    nu = torch.randn(2, B, 6, generator=g, dtype=torch.float64)
+    calls = {
+        "mass_matrix": lambda H, q, nu, qd, tau: kd.mass_matrix(H, q),
+        "jacobian": lambda H, q, nu, qd, tau: kd.jacobian(FRAMES[1], H, q),
+        "forward_kinematics": lambda H, q, nu, qd, tau: kd.forward_kinematics(FRAMES[1], H, q),
+        "aba": lambda H, q, nu, qd, tau: kd.aba(H, q, nu, qd, tau),
+    }
+    with torch.no_grad():
+        for name, f in calls.items():
+            torch.testing.assert_close(torch.func.vmap(f)(H, q, nu, qd, tau), f(H, q, nu, qd, tau),
+                                       rtol=1e-12, atol=1e-12, msg=name)
+
+
 def test_jacrev_forward_kinematics(kd):
     """jacrev of FK w.r.t. q, against the MIXED Jacobian (dp/dq_k = J_v[:, k],
     dR/dq_k = [J_w[:, k]]x R), and vmap(jacrev) against the per-sample result."""

@@ -30,11 +30,11 @@ from __future__ import annotations
 import torch
 
 from ..model.model import Model
+from .batchlast import plain
 from .inertia import SpatialInertia, _skew_bl
 from .kinematics import Kinematics, per_body
 from .rnea import body_velocities, force_cross, motion_cross
 from .topology import model_cached, topology
-from .tree_cholesky import _plain
 
 
 def _level_plan(model: Model):
@@ -179,7 +179,7 @@ def applies(model: Model, kin: Kinematics, inertia: SpatialInertia, *tensors) ->
         tensors = (*tensors, model.armature)
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         return False
-    return all(_plain(t) for t in tensors)
+    return all(plain(t) for t in tensors)
 
 
 FROM = 256

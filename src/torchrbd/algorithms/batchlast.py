@@ -39,6 +39,12 @@ def _matmul_values(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     return C
 
 
+def plain(t: torch.Tensor) -> bool:
+    """False for a tensor wrapped by a ``torch.func`` transform (vmap, grad, jacrev...)."""
+    wrapped = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", None)
+    return wrapped is None or not wrapped(t)
+
+
 def with_rules(*operands) -> bool:
     """Whether a product goes through its Function with hand-written rules: eager mode
     (dynamo cannot trace a Function with a ``jvp``; inductor differentiates the

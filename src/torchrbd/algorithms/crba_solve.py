@@ -27,11 +27,10 @@ from __future__ import annotations
 
 import torch
 
-from .batchlast import mask_sum, to_batch_first, with_rules
+from .batchlast import mask_sum, plain, to_batch_first, with_rules
 from .crba import assemble
 from .solve import _SPDSolve, spd_solve
 from .topology import model_cached, topology
-from .tree_cholesky import _plain
 
 
 def dof_support(model) -> torch.Tensor:
@@ -49,7 +48,7 @@ def applies(model, *tensors) -> bool:
     a gradient is wanted in eager mode (:func:`~.batchlast.with_rules`), the tensors are
     plain (not inside a ``torch.func`` transform), one coordinate per body, and no
     armature that needs a gradient."""
-    if not with_rules(*tensors) or not all(_plain(t) for t in tensors):
+    if not with_rules(*tensors) or not all(plain(t) for t in tensors):
         return False
     if not model_cached(model, "_one_dof_per_body", lambda: len(set(topology(model).body_of_dof.tolist())) == model.n):
         return False

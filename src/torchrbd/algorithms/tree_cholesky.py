@@ -24,6 +24,7 @@ from functools import lru_cache
 
 import torch
 
+from .batchlast import plain
 from .solve import traceable, with_forward_mode
 from .topology import _uncached, model_cached
 
@@ -398,15 +399,9 @@ def tree_solve(plan: TreePlan, packed: torch.Tensor, b: torch.Tensor, check: boo
         finite = torch.cat([i.reshape(-1) for i in inv]).isfinite().all()
         if torch.compiler.is_compiling():  # a traced test, no graph break
             torch._assert_async(finite, NOT_PD)
-        elif _plain(inv[0]) and not bool(finite):
+        elif plain(inv[0]) and not bool(finite):
             raise torch.linalg.LinAlgError(NOT_PD)
     return x[:, 0] if one else x
 
 
 NOT_PD = "the matrix is not positive definite"  # also the message of the compiled check
-
-
-def _plain(t: torch.Tensor) -> bool:
-    """False for a tensor wrapped by a ``torch.func`` transform (vmap, grad, jacrev...)."""
-    wrapped = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", None)
-    return wrapped is None or not wrapped(t)
