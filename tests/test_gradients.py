@@ -233,6 +233,35 @@ def test_vmap_jacobian(kd):
     torch.testing.assert_close(J_vmap, J_batch, rtol=1e-12, atol=1e-12)
 
 
+def test_forward_mode_ad_over_batched_calls(kd, monkeypatch):
+    """``torch.autograd.forward_ad`` dual inputs, a batch of ``articulated.FROM``: the
+    forward kinematics' buffers (``out=`` has no forward-mode rule) step aside, the
+    articulated-body sweep carries the tangents through its in-place updates; the
+    tangents match central differences."""
+    import torch.autograd.forward_ad as fwAD
+
+    from torchrbd.algorithms import articulated
+
+    x, B = state(kd.NDoF, seed=5), articulated.FROM
+    g = torch.Generator().manual_seed(5)
+    H = pose(torch.eye(3, dtype=torch.float64), x["r"], x["p"]).expand(B, 4, 4)
+    q, qd, tau, dq = (torch.randn(B, kd.NDoF, generator=g, dtype=torch.float64) for _ in range(4))
+    nu = torch.randn(B, 6, generator=g, dtype=torch.float64)
+    calls = {
+        "mass_matrix": lambda q: kd.mass_matrix(H, q),
+        "jacobian": lambda q: kd.jacobian(FRAMES[1], H, q),
+        "aba": lambda q: kd.aba(H, q, nu, qd, tau),
+    }
+    swept, sweep = [], articulated.articulated_body
+    monkeypatch.setattr(articulated, "articulated_body", lambda *args: swept.append(1) or sweep(*args))
+    for name, f in calls.items():
+        with fwAD.dual_level():
+            tangent = fwAD.unpack_dual(f(fwAD.make_dual(q, dq))).tangent
+        fd = (f(q + 1e-6 * dq) - f(q - 1e-6 * dq)) / 2e-6
+        torch.testing.assert_close(tangent, fd, rtol=1e-6, atol=1e-6 * fd.abs().max().item(), msg=name)
+    assert len(swept) == 3  # the dual call and the two differences
+
+
 def test_vmap_over_batched_calls_without_gradients(kd):
     """vmap over a dimension in front of a batch of several configurations, without
     gradients: where the eager code writes into buffers (``out=``, which vmap cannot

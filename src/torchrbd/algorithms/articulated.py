@@ -171,7 +171,9 @@ def applies(model: Model, kin: Kinematics, inertia: SpatialInertia, *tensors) ->
     """Whether ``aba`` takes this sweep instead of the CRBA and a Cholesky solve: eager,
     no gradient wanted from any input, pose or inertial parameter (the CRBA path has
     hand-written backwards; the sweep updates its blocks in place), plain tensors (not
-    in a ``torch.func`` transform), and a batch of at least :data:`FROM` configurations."""
+    in a ``torch.func`` transform; forward-mode tangents of ``torch.autograd.forward_ad``
+    pass through its in-place updates), and a batch of at least :data:`FROM`
+    configurations."""
     if torch.compiler.is_compiling() or tensors[0].shape[-1] < FROM:
         return False
     tensors = (*tensors, kin.R, kin.p, kin.S, inertia.m, inertia.h, inertia.J)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.autograd.forward_ad as forward_ad
 
 
 def matmul(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
@@ -43,6 +44,12 @@ def plain(t: torch.Tensor) -> bool:
     """False for a tensor wrapped by a ``torch.func`` transform (vmap, grad, jacrev...)."""
     wrapped = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", None)
     return wrapped is None or not wrapped(t)
+
+
+def has_tangent(*tensors) -> bool:
+    """Whether a tensor carries a forward-mode tangent (``torch.autograd.forward_ad``),
+    which in-place writes into fresh buffers (``out=``) do not support."""
+    return any(forward_ad.unpack_dual(t).tangent is not None for t in tensors)
 
 
 def with_rules(*operands) -> bool:

@@ -12,7 +12,8 @@ import torch
 from ..model.model import Model
 from ..spatial import skew
 from .batchlast import (
-    bilinear_function, const_lmatmul, const_matmul, cross, matmul, mm, mv, pieces, plain, transpose, with_rules,
+    bilinear_function, const_lmatmul, const_matmul, cross, has_tangent, matmul, mm, mv, pieces, plain, transpose,
+    with_rules,
 )
 from .topology import Chain, chain, topology
 
@@ -191,9 +192,9 @@ def body_poses(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: torc
 def _in_place(X0: torch.Tensor, local: torch.Tensor) -> bool:
     """Whether poses compose straight into one buffer (``out=``, no final ``cat``): a
     long batch without gradients in eager mode, outside ``torch.func`` transforms
-    (vmap has no rule for ``out=``)."""
+    and forward-mode AD (neither has a rule for ``out=``)."""
     return (X0.dim() == 4 and not torch.compiler.is_compiling() and not with_rules(X0, local)
-            and plain(X0) and plain(local))
+            and plain(X0) and plain(local) and not has_tangent(X0, local))
 
 
 def _body_poses_in_place(topo, X0: torch.Tensor, local: torch.Tensor):
