@@ -29,6 +29,8 @@ class Kinematics:
       the joint origin.
     * ``S_dof`` (n, 6, B): ``S`` at each coordinate's body, the rows the CRBA and RNEA
       use; gathered on first use by :func:`dof_subspaces` and kept here.
+    * ``X`` (nb, 3, 4, B): the poses as rows ``[R | p]``, of which ``R`` and ``p`` are
+      views (whole-tree kinematics of :func:`forward`; else None).
     """
 
     R: torch.Tensor
@@ -36,6 +38,7 @@ class Kinematics:
     S: torch.Tensor
     chain: Chain | None = None  # set by chain_forward: rows for these bodies only
     S_dof: torch.Tensor | None = None
+    X: torch.Tensor | None = None
 
 
 def per_body(model: Model, x: torch.Tensor) -> torch.Tensor:
@@ -172,19 +175,26 @@ def body_poses(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: torc
     """World poses (nb, 3, 3, B), (nb, 3, B) of all bodies; one batched step per tree level.
 
     ``base_R`` (3, 3, B), ``base_p`` (3, B), ``q`` (n, B). Poses are composed as
-    3x4 matrices ``[R | p]``.
+    3x4 matrices ``[R | p]`` (:func:`body_pose_rows`).
     """
+    return _split_pose_rows(body_pose_rows(model, base_R, base_p, q))
+
+
+def body_pose_rows(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """(nb, 3, 4, B) world poses ``[R | p]`` of all bodies (see :func:`body_poses`)."""
     topo = topology(model)
     local = _local_transforms(model, per_body(model, q))
     X0, step, unsqueeze = _steps(base_R, base_p)
     if topo.unsort is None and _in_place(X0, local):  # levels stored as consecutive runs
-        return _body_poses_in_place(topo, X0, local)
+        return _body_pose_rows_in_place(topo, X0, local)
     X = [X0]
     for L, par in zip(_level_rows(topo, local), topo.level_parent_pos):  # parents all sit on the previous level
         X.append(step(X[-1][par], L))
     X = unsqueeze(torch.cat(X, 0))
-    if topo.unsort is not None:
-        X = X[topo.unsort]
+    return X if topo.unsort is None else X[topo.unsort]
+
+
+def _split_pose_rows(X: torch.Tensor):
     R, p = X.split_with_sizes([3, 1], 2)
     return R, p[:, :, 0]
 
@@ -197,16 +207,16 @@ def _in_place(X0: torch.Tensor, local: torch.Tensor) -> bool:
             and plain(X0) and plain(local) and not has_tangent(X0, local))
 
 
-def _body_poses_in_place(topo, X0: torch.Tensor, local: torch.Tensor):
-    """:func:`body_poses` writing each level's poses into its rows of one (nb, 3, 4, B)
-    buffer (``out=``): the same operators, less the concatenation of the levels."""
+def _body_pose_rows_in_place(topo, X0: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
+    """:func:`body_pose_rows` writing each level's poses into its rows of one
+    (nb, 3, 4, B) buffer (``out=``): the same operators, less the concatenation of the
+    levels."""
     X = X0.new_empty(local.shape[0], *X0.shape[1:])
     X[0] = X0[0]
     prev = X[:1]
     for L, rows, par in zip(_level_rows(topo, local), topo.levels, topo.level_parent_pos):
         prev = _compose_values(prev[par], L, out=X[rows])
-    R, p = X.split_with_sizes([3, 1], 2)
-    return R, p[:, :, 0]
+    return X
 
 
 def motion_subspaces(model: Model, R: torch.Tensor, p: torch.Tensor, bodies=slice(None)) -> torch.Tensor:
@@ -267,8 +277,9 @@ def chain_rows(model: Model, kin: Kinematics, body: int) -> Kinematics:
 
 
 def forward(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: torch.Tensor) -> Kinematics:
-    R, p = body_poses(model, base_R, base_p, q)
-    return Kinematics(R=R, p=p, S=motion_subspaces(model, R, p))
+    X = body_pose_rows(model, base_R, base_p, q)
+    R, p = _split_pose_rows(X)
+    return Kinematics(R=R, p=p, S=motion_subspaces(model, R, p), X=X)
 
 
 def dof_subspaces(model: Model, kin: Kinematics) -> torch.Tensor:
