@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .batchlast import cross, halves, mask_sum, pair
+from .batchlast import cross, halves, mask_sum, pair, with_rules
 from .inertia import SpatialInertia
 from .kinematics import Kinematics, dof_subspaces, per_body
 from .topology import topology
@@ -19,15 +19,25 @@ from .topology import topology
 def motion_cross(V, m):
     """``V x m = [w x m_l + v x m_a; w x m_a]`` for twists (k, 6, B)."""
     (v, w), (_, ma) = halves(V), halves(m)
-    w_ml, w_ma = cross(w[:, None], pair(m)).unbind(1)
-    return torch.cat([w_ml + cross(v, ma), w_ma], 1)
+    return _plus_half(cross(w[:, None], pair(m)), 0, cross(v, ma))
 
 
 def force_cross(V, f):
     """``V x* f = [w x f_l; w x f_a + v x f_l]`` for a twist and a wrench (k, 6, B)."""
     (v, w), (fl, _) = halves(V), halves(f)
-    w_fl, w_fa = cross(w[:, None], pair(f)).unbind(1)
-    return torch.cat([w_fl, w_fa + cross(v, fl)], 1)
+    return _plus_half(cross(w[:, None], pair(f)), 1, cross(v, fl))
+
+
+def _plus_half(pairs, half: int, x):
+    """(k, 2, 3, B) ``pairs`` with ``x`` added to one half, as (k, 6, B) 6-vectors.
+    Without gradients, added in place into the fresh product (no concatenation); with
+    them (eager), unbound and concatenated, whose backward is one split."""
+    if with_rules(pairs, x):
+        parts = list(pairs.unbind(1))
+        parts[half] = parts[half] + x
+        return torch.cat(parts, 1)
+    pairs.select(1, half).add_(x)
+    return pairs.flatten(1, 2)
 
 
 def body_velocities(model, kin: Kinematics, V0, qd):
