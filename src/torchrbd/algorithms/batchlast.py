@@ -52,6 +52,14 @@ def has_tangent(*tensors) -> bool:
     return any(forward_ad.unpack_dual(t).tangent is not None for t in tensors)
 
 
+def writes_into_buffers(*tensors) -> bool:
+    """Whether results may be written into fresh buffers with ``out=`` (instead of
+    concatenating computed pieces): eager, no gradient wanted, outside ``torch.func``
+    transforms and forward-mode AD (none of them has a rule for ``out=``)."""
+    return (not torch.compiler.is_compiling() and not with_rules(*tensors)
+            and all(plain(t) for t in tensors) and not has_tangent(*tensors))
+
+
 def with_rules(*operands) -> bool:
     """Whether a product goes through its Function with hand-written rules: eager mode
     (dynamo cannot trace a Function with a ``jvp``; inductor differentiates the

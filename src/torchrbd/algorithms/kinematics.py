@@ -12,8 +12,8 @@ import torch
 from ..model.model import Model
 from ..spatial import skew
 from .batchlast import (
-    bilinear_function, const_lmatmul, const_matmul, cross, has_tangent, matmul, mm, mv, pieces, plain, transpose,
-    with_rules,
+    bilinear_function, const_lmatmul, const_matmul, cross, matmul, mm, mv, pieces, transpose, with_rules,
+    writes_into_buffers,
 )
 from .topology import Chain, chain, topology
 
@@ -201,10 +201,8 @@ def _split_pose_rows(X: torch.Tensor):
 
 def _in_place(X0: torch.Tensor, local: torch.Tensor) -> bool:
     """Whether poses compose straight into one buffer (``out=``, no final ``cat``): a
-    long batch without gradients in eager mode, outside ``torch.func`` transforms
-    and forward-mode AD (neither has a rule for ``out=``)."""
-    return (X0.dim() == 4 and not torch.compiler.is_compiling() and not with_rules(X0, local)
-            and plain(X0) and plain(local) and not has_tangent(X0, local))
+    long batch, see :func:`~.batchlast.writes_into_buffers`."""
+    return X0.dim() == 4 and writes_into_buffers(X0, local)
 
 
 def _body_pose_rows_in_place(topo, X0: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
