@@ -1,7 +1,8 @@
 """The GPU checks of issues 4 and 6 in one run (a few minutes on one modern GPU).
 
-1. Agreement: every quantity, and aba's gradient, on CUDA against the CPU, float64,
-   for a batch of configurations (exit status 1 past ``--tol``).
+1. Agreement: every quantity, aba with a gradient (the CRBA path) and without (at
+   B = 256, the articulated-body sweep), and aba's gradient, on CUDA against the CPU,
+   float64, for a batch of configurations (exit status 1 past ``--tol``).
 2. The simulator: 200 steps of the humanoid on the floor on CUDA against the CPU.
 3. Throughput: ``torchrbd bench`` in float32 at B = 1, 1024, 65536 and 1M
    (configurations per second), and ``benchmarks/bench_contacts.py`` on CUDA with
@@ -42,8 +43,10 @@ def quantities(kd, frame, device, B=256, seed=0):
     q, nu, qd, tau = (torch.randn(B, k, generator=g, dtype=torch.float64) for k in (n, 6, n, n))
     H, q, nu, qd, tau = (x.to(device) for x in (H, q, nu, qd, tau))
     qg = q.clone().requires_grad_(True)
-    acc = kd.aba(H, qg, nu, qd, tau)
+    acc = kd.aba(H, qg, nu, qd, tau)  # with a gradient: the CRBA path
     (grad,) = torch.autograd.grad(acc.square().sum(), qg)
+    with torch.no_grad():  # from articulated.FROM configurations on: the articulated-body sweep
+        swept = kd.aba(H, q, nu, qd, tau)
     return {
         "forward_kinematics": kd.forward_kinematics(frame, H, q),
         "jacobian": kd.jacobian(frame, H, q),
@@ -53,6 +56,7 @@ def quantities(kd, frame, device, B=256, seed=0):
         "centroidal_momentum_matrix": kd.centroidal_momentum_matrix(H, q),
         "bias_force": kd.bias_force(H, q, nu, qd),
         "aba": acc.detach(),
+        "aba without gradients": swept,
         "d|aba|^2/dq": grad,
     }
 
