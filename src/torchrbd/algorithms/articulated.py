@@ -192,4 +192,6 @@ interleaved): on 2 threads 1.1x the time at 64-96 configurations, 0.96-1.04x at 
 0.85-0.89x at 256, 0.72-0.78x at 1024; on 1 thread 0.85-0.94x at 128, 0.84x at 1024,
 0.77x at 4096; float32, 2 threads (against the tree-sparse solve): 0.91x at 128,
 0.81-0.90x at 1024-4096. Under ``torch.compile`` the tree-sparse factorisation stays
-(the compiled sweep measured 1.5-2x its time: 9.8-14 against 6.5-6.9 ms on 2 threads)."""
+(the compiled sweep measured 1.5-2x its time: 9.8-14 against 6.5-6.9 ms on 2 threads).
+On CUDA the same threshold applies, unmeasured (``benchmarks/gpu_check.py`` checks the
+sweep's agreement with the CPU)."""
