@@ -42,8 +42,9 @@ def _level_plan(model: Model):
     parent level (``("same", rows)``: one body per parent row, ``("one", rows)``: all
     into one row, ``("index", index)``: an index over the global rows), and the
     position of each body's parent within the previous level (for the forward sweep).
-    Plus the (n,) position of each coordinate's body in the concatenated levels, or
-    None when that is the identity."""
+    Plus the (n,) position of each coordinate's body in the concatenated levels (its
+    position in ``Topology.unsort``'s processing order, less the base), or None when
+    that is the identity."""
     def make():
         topo = topology(model)
         plan, prev = [], slice(0, 1)
@@ -56,10 +57,8 @@ def _level_plan(model: Model):
                 prev_rows = _as_index(prev, model)
                 plan.append((rows, ("index", prev_rows[_as_index(pos, model, k)]), pos))
             prev = rows
-        order = torch.cat([_as_index(rows, model) for rows, _, _ in plan])
-        where = torch.empty_like(order)
-        where[order - 1] = torch.arange(order.numel(), device=order.device)
-        dof_pos = where[topo.body_of_dof - 1]
+        body_pos = topo.body_of_dof if topo.unsort is None else topo.unsort[topo.body_of_dof]
+        dof_pos = body_pos - 1
         identity = bool((dof_pos == torch.arange(model.n, device=dof_pos.device)).all())
         return tuple(plan), None if identity else dof_pos
     return model_cached(model, "_aba_level_plan", make)
@@ -96,8 +95,8 @@ def _solve_base(block: torch.Tensor, f0: torch.Tensor) -> torch.Tensor:
     """``IA_0^-1 (f_0 - pA_0)`` (6, B) from the base's block ``[IA_0 | pA_0]`` (6, 7, B)
     (overwritten) by Gaussian elimination over the batch: about forty operators on
     rows of length B instead of LAPACK's Cholesky and solve, one matrix at a time
-    (0.38 against 0.52 ms for 1024 matrices; aba 0.90-0.95x the time). ``IA_0`` is symmetric positive definite, so no pivoting is needed; a
-    pivot that is not positive (or NaN: a joint that moves no inertia has D = U = 0,
+    (0.38 against 0.52 ms for 1024 matrices; aba 0.90-0.95x the time). ``IA_0`` is
+    symmetric positive definite, so no pivoting is needed; a pivot that is not positive (or NaN: a joint that moves no inertia has D = U = 0,
     whose NaNs reach IA_0) means M is not positive definite, raised as for M."""
     block[:, 6].neg_().add_(f0)
     for j in range(5):

@@ -259,8 +259,7 @@ def chain_forward(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: t
             X = step(X, L)
             poses.append(X)
         X = unsqueeze(torch.cat(poses, 0) if subspaces else X)
-    R, p = X.split_with_sizes([3, 1], 2)
-    p = p[:, :, 0]
+    R, p = _split_pose_rows(X)
     S = motion_subspaces(model, R, p, path.bodies) if subspaces else None
     return Kinematics(R=R, p=p, S=S, chain=path)
 
