@@ -10,7 +10,7 @@ coordinates are a chain at the root (they are ancestors of every joint).
 Here the factorisation runs one tree level at a time over batch-last *packed* storage
 (``(size, B)``: one row per stored entry, see :class:`TreePlan`), so that one level is
 a handful of batched gathers and scatter-adds (under ``torch.compile``, gathers only:
-see :func:`_subtract_at`), and ``M`` never has to be assembled as a dense batch-first
+see :func:`_subtract_outer`), and ``M`` never has to be assembled as a dense batch-first
 matrix. For iCub (29 coordinates) that is about 1,100
 multiply-adds per matrix against 4,000 for a dense Cholesky, but some 250 operators
 where LAPACK's batched call is one: :func:`pays_off` says when it wins.
@@ -37,10 +37,13 @@ class _Level:
     themselves; ``square`` (k*(d-1)^2,) where ``M[path[a], path[b]]`` is stored for
     each pair of path positions (a, b) with b <= a, and the scratch row ``size`` (one
     past the stored entries) for b > a: a whole outer product scatters in one call.
-    The same updates as gathers, for :func:`_subtract_at` under ``torch.compile``:
+    The same updates as gathers, for ``torch.compile`` (see :func:`_subtract_outer`):
     ``square_targets`` (T,) the distinct entries of ``square`` other than the scratch
-    row and ``square_pull`` (T, m) where each one's terms sit in the outer product;
-    ``ancestor_targets`` and ``ancestor_pull`` the same for ``ancestors``."""
+    row, and per target the two factors of each of its terms, ``square_left`` and
+    ``square_right`` (T, m): positions in the level's rows ``L[i, ancestors]`` flattened
+    (k*(d-1),), padded with k*(d-1) (a zero row). ``ancestor_targets`` (T',) the
+    distinct ``ancestors`` and ``ancestor_pull`` (T', m') where the terms of each sit in
+    the solve's products (k*(d-1),), padded the same way (see :func:`_subtract_at`)."""
 
     k: int
     d: int
@@ -49,7 +52,8 @@ class _Level:
     ancestors: torch.Tensor
     square: torch.Tensor
     square_targets: torch.Tensor
-    square_pull: torch.Tensor
+    square_left: torch.Tensor
+    square_right: torch.Tensor
     ancestor_targets: torch.Tensor
     ancestor_pull: torch.Tensor
 
@@ -137,8 +141,10 @@ def _plan(body_parent: tuple, body_dof: tuple, floating: bool, device: str, dtyp
                 groups.setdefault(t, []).append(pos)
         targets = sorted(groups)
         m = max([0] + [len(g) for g in groups.values()])
-        padded = [groups[t] + [len(flat)] * (m - len(groups[t])) for t in targets]
-        return long(targets), long(padded).view(len(targets), m)
+        return targets, [groups[t] + [len(flat)] * (m - len(groups[t])) for t in targets]
+
+    def table(rows_):
+        return long(rows_).view(len(rows_), len(rows_[0]) if rows_ else 0)
 
     levels = []
     for d in range(max([0] + [len(p) for p in paths]), 0, -1):
@@ -148,12 +154,17 @@ def _plan(body_parent: tuple, body_dof: tuple, floating: bool, device: str, dtyp
         ancestors = [j for i in nodes for j in paths[i][:-1]]
         square_targets, square_pull = pull(square, len(rows))
         ancestor_targets, ancestor_pull = pull(ancestors, -1)
+        k, D = len(nodes), d - 1
+        # a position in the (k, D, D) outer product -> its two factors in the (k*D,) rows
+        left = [[p // (D * D) * D + p // D % D if p < len(square) else k * D for p in g] for g in square_pull]
+        right = [[p // (D * D) * D + p % D if p < len(square) else k * D for p in g] for g in square_pull]
         levels.append(_Level(
             k=len(nodes), d=d, nodes=long(nodes),
             row=long([where[i, j] for i in nodes for j in paths[i]]),
             ancestors=long(ancestors),
-            square=long(square), square_targets=square_targets, square_pull=square_pull,
-            ancestor_targets=ancestor_targets, ancestor_pull=ancestor_pull,
+            square=long(square), square_targets=long(square_targets),
+            square_left=table(left), square_right=table(right),
+            ancestor_targets=long(ancestor_targets), ancestor_pull=table(ancestor_pull),
         ))
     return TreePlan(
         floating=floating, N=len(parents), size=len(rows), levels=tuple(levels),
@@ -227,12 +238,29 @@ def factor(plan: TreePlan, packed: torch.Tensor) -> list:
         row = anc * inv
         out.append((inv, row))
         if lvl.d > 1:
-            outer = (row[:, :, None] * row[:, None]).view(-1, B)
-            W = _subtract_at(W, outer, lvl.square, lvl.square_targets, lvl.square_pull, inplace=True)
+            W = _subtract_outer(W, row, lvl)
     return out
 
 
-def _subtract_at(x, values, index, targets, pull, inplace=False):
+def _subtract_outer(W, row, lvl):
+    """``W`` with each node's outer product ``row row^T`` (k, d-1, d-1, B) subtracted at
+    ``lvl.square`` (its lower half; the upper half lands on the scratch row). Eager: the
+    products, then one ``index_add``. Under ``torch.compile`` each distinct target
+    gathers the two factors of each of its terms (no scatter, as in
+    :func:`_subtract_at`), and inductor computes the products inside that loop instead
+    of storing the outer products first (compiled aba of iCub, B = 1024, 2 threads,
+    in-process A/B: 0.71x the time; the same form for the solve's updates made no
+    difference to aba and slowed its forward+backward)."""
+    B = row.shape[-1]
+    if not torch.compiler.is_compiling():
+        return W.index_add_(0, lvl.square, (row[:, :, None] * row[:, None]).view(-1, B), alpha=-1)
+    flat = torch.cat([row.reshape(-1, B), row.new_zeros(1, B)])  # the factors, and a zero
+    left, right = (flat.index_select(0, i.reshape(-1)).view(*i.shape, B) for i in (lvl.square_left, lvl.square_right))
+    targets = lvl.square_targets
+    return W.index_copy(0, targets, W.index_select(0, targets) - (left * right).sum(1))
+
+
+def _subtract_at(x, values, index, targets, pull):
     """``x`` with each row ``values[k]`` subtracted from row ``index[k]`` of ``x`` (repeated
     indices add up). Eager: one ``index_add``. Under ``torch.compile`` inductor would
     make that atomic adds, which contend between threads (aba of iCub ran slower on 2
@@ -243,7 +271,7 @@ def _subtract_at(x, values, index, targets, pull, inplace=False):
         padded = torch.cat([values, values.new_zeros(1, *values.shape[1:])])
         terms = padded.index_select(0, pull.reshape(-1)).view(*pull.shape, *values.shape[1:]).sum(1)
         return x.index_copy(0, targets, x.index_select(0, targets) - terms)
-    return x.index_add_(0, index, values, alpha=-1) if inplace else x.index_add(0, index, values, alpha=-1)
+    return x.index_add(0, index, values, alpha=-1)
 
 
 def solve_upper(plan: TreePlan, fac: list, b: torch.Tensor) -> torch.Tensor:
