@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .batchlast import cross, halves, mask_sum, pair, with_rules
+from .batchlast import cross, halves, has_tangent, mask_sum, pair, plain, with_rules
 from .inertia import SpatialInertia
 from .kinematics import Kinematics, dof_subspaces, per_body
 from .topology import topology
@@ -56,18 +56,106 @@ def rnea_mixed(model, kin: Kinematics, inertia: SpatialInertia, V0, A0, qd, qdd,
     for zero joint accelerations (the bias forces).
     ``body_wrenches`` (nb, 6, B): external wrenches about O acting
     on each body (world axes). Returns ``[F_base; tau]``.
+    Eager with gradients: through :class:`_RNEA`, whose backward is the adjoint sweep.
     """
+    inputs = (kin.S, dof_subspaces(model, kin), inertia.m, inertia.h, inertia.J, V0, A0, qd, qdd, body_wrenches)
+    given = [t for t in inputs if t is not None]
+    if with_rules(*given) and all(plain(t) for t in given) and not has_tangent(*given):
+        return _RNEA.apply(model, *inputs)
+    return _forward_sweeps(model, *inputs)[0]
+
+
+def _forward_sweeps(model, S, S_dof, m, h, J, V0, A0, qd, qdd, body_wrenches):
+    """``[F_base; tau]`` (6+n, B) and what the backward needs: the bodies' joint
+    twists ``Sqd``, twists ``V``, accelerations ``A``, momenta ``I V`` (nb, 6, B) and
+    the coordinates' subtree wrenches ``F`` (n, 6, B)."""
     topo = topology(model)
     anc = topo.ancestor
-    V, Sqd = body_velocities(model, kin, V0, qd)
+    inertia = SpatialInertia(m, h, J)
+    Sqd = S * per_body(model, qd)[:, None]
+    V = mask_sum(anc, Sqd, add=V0)
     dA = motion_cross(V, Sqd)
     if qdd is not None:
-        dA = torch.addcmul(dA, kin.S, per_body(model, qdd)[:, None])
+        dA = torch.addcmul(dA, S, per_body(model, qdd)[:, None])
     A = mask_sum(anc, dA, add=A0)
-    f = inertia.apply(A) + force_cross(V, inertia.apply(V))
+    IV = inertia.apply(V)
+    f = inertia.apply(A) + force_cross(V, IV)
     if body_wrenches is not None:
         f = f - body_wrenches
     F = mask_sum(topo.subtrees, f)  # the total wrench, then one per coordinate's subtree
     F0, F = F.split_with_sizes([1, model.n])
-    tau = (dof_subspaces(model, kin) * F).sum(1)
-    return torch.cat([F0[0], tau], 0)
+    tau = (S_dof * F).sum(1)
+    return torch.cat([F0[0], tau], 0), (Sqd, V, A, IV, F)
+
+
+class _RNEA(torch.autograd.Function):
+    """:func:`rnea_mixed` with its adjoint sweep as the backward. With ``Fbar`` the
+    cotangents of the subtree wrenches (``g_base`` for the total, ``g_a S_a`` for
+    coordinate a), the adjoint runs the forward's sums the other way (ancestor sums
+    become subtree sums and back) and transposes each product:
+
+        fbar = sum over the subtrees that contain the body of Fbar
+        Abar = I^T fbar,   u = V x fbar,   Vbar = -(fbar x* I V) - I^T u
+        hbar = A_l x fbar_a - A_a x fbar_l - (V_l x u_a - V_a x u_l)
+        Jbar = fbar_a A_a^T - u_a V_a^T,   mbar = fbar_l . A_l - u_l . V_l
+        dAbar = sum over the body's subtree of Abar
+        Vbar += Sqd x* dAbar,   Sqdbar = -(V x* dAbar) + (subtree sum of Vbar)
+
+    (``(a x)^T = -(a x*)`` throughout). About half the time of autograd through the
+    forward's operators (see BENCHMARKS.md). The backward is differentiable: with
+    ``create_graph`` it recomputes the forward sweeps inside the graph."""
+
+    @staticmethod
+    def forward(ctx, model, S, S_dof, m, h, J, V0, A0, qd, qdd, body_wrenches):
+        tau, terms = _forward_sweeps(model, S, S_dof, m, h, J, V0, A0, qd, qdd, body_wrenches)
+        ctx.model = model
+        ctx.save_for_backward(S, S_dof, m, h, J, V0, A0, qd, qdd, body_wrenches, *terms)
+        return tau
+
+    @staticmethod
+    def backward(ctx, g):
+        model = ctx.model
+        S, S_dof, m, h, J, V0, A0, qd, qdd, wrenches, *terms = ctx.saved_tensors
+        if torch.is_grad_enabled():  # double backward: the sweeps' values as functions of the inputs
+            terms = _forward_sweeps(model, S, S_dof, m, h, J, V0, A0, qd, qdd, wrenches)[1]
+        Sqd, V, A, IV, F = terms
+        topo = topology(model)
+        transposed = SpatialInertia(m, h, J.transpose(1, 2))  # I^T (I as given: exact for any J)
+        g0, gj = g.split_with_sizes([6, model.n])
+        Fbar = torch.cat([g0[None], gj[:, None] * S_dof], 0)
+        fbar = mask_sum(topo.subtrees.t(), Fbar)
+        u = motion_cross(V, fbar)
+        Abar = transposed.apply(fbar)
+        Vbar = -(force_cross(fbar, IV) + transposed.apply(u))
+        dAbar = mask_sum(topo.ancestor.t(), Abar)
+        Vbar = Vbar + force_cross(Sqd, dAbar)
+        Sqdbar = mask_sum(topo.ancestor.t(), Vbar) - force_cross(V, dAbar)
+        qd_b = per_body(model, qd)
+        grads = dict.fromkeys(("S", "S_dof", "m", "h", "J", "V0", "A0", "qd", "qdd", "w"))
+        need = dict(zip(grads, ctx.needs_input_grad[1:]))
+        if need["S"]:
+            grads["S"] = Sqdbar * qd_b[:, None]
+            if qdd is not None:
+                grads["S"] = torch.addcmul(grads["S"], dAbar, per_body(model, qdd)[:, None])
+        if need["S_dof"]:
+            grads["S_dof"] = gj[:, None] * F
+        if need["m"] or need["h"] or need["J"]:  # <fbar, I A> - <u, I V> as a function of (m, h, J)
+            (fl, fa), (ul, ua), (Al, Aa), (Vl, Va) = (halves(x) for x in (fbar, u, A, V))
+            if need["m"]:
+                grads["m"] = ((fl * Al).sum(1) - (ul * Vl).sum(1)).sum_to_size(m.shape)
+            if need["h"]:
+                grads["h"] = (cross(Al, fa) - cross(Aa, fl) - cross(Vl, ua) + cross(Va, ul)).sum_to_size(h.shape)
+            if need["J"]:
+                grads["J"] = (fa[:, :, None] * Aa[:, None] - ua[:, :, None] * Va[:, None]).sum_to_size(J.shape)
+        if need["V0"]:
+            grads["V0"] = Vbar.sum(0).sum_to_size(V0.shape)
+        if need["A0"]:
+            grads["A0"] = Abar.sum(0).sum_to_size(A0.shape)
+        body_of_dof = topo.body_of_dof
+        if need["qd"]:
+            grads["qd"] = (Sqdbar * S).sum(1).index_select(0, body_of_dof)
+        if need["qdd"]:
+            grads["qdd"] = (dAbar * S).sum(1).index_select(0, body_of_dof)
+        if need["w"]:
+            grads["w"] = -fbar
+        return None, *grads.values()
