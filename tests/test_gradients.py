@@ -359,6 +359,43 @@ def test_aba_backward_works_on_the_crba_pieces_to_second_order(kd):
     assert torch.autograd.gradgradcheck(f, inputs, eps=1e-6, atol=1e-5, rtol=1e-4, fast_mode=True)
 
 
+@pytest.mark.parametrize("B", [3, 64])
+def test_rnea_adjoint_sweep_to_second_order(kd, B):
+    """With gradients (eager), the RNEA runs through ``rnea._RNEA``, whose backward is
+    the adjoint sweep: first and second derivatives w.r.t. every input (the bodies'
+    and coordinates' motion subspaces, the inertia parameters with a non-symmetric J,
+    the base twist and acceleration, joint velocities and accelerations, body wrenches)
+    against finite differences, on short batches (library cross products) and long
+    ones (batch-last cross products); the bias force's graph holds that Function."""
+    from torchrbd.algorithms import forward, rnea, topology, world_inertias
+
+    model = kd.model
+    n, nb = model.n, model.nbody
+    g = torch.Generator().manual_seed(15)
+    r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
+    R = _rot(np.random.default_rng(10))[..., None].expand(3, 3, B).contiguous()
+    kin = forward(model, R, r(3, B), r(n, B))
+    inertia = world_inertias(model, kin.R, kin.p, kin.X)
+    S_dof = kin.S.index_select(0, topology(model).body_of_dof)
+    J = inertia.J + 0.01 * r(nb, 3, 3, B)  # not symmetric: the backward is exact for any J
+    inputs = tuple(x.detach().clone().requires_grad_() for x in (
+        kin.S, S_dof, inertia.m, inertia.h, J, r(6, B), r(6, B), r(n, B), r(n, B), r(nb, 6, B)))
+
+    def f(*x):
+        return rnea._RNEA.apply(model, *x)
+
+    assert "_RNEABackward" in _graph_names(f(*inputs))
+    torch.testing.assert_close(f(*inputs), rnea._forward_sweeps(model, *inputs)[0], rtol=0, atol=0)
+    short = B < 64  # every entry for a short batch, random projections for a long one
+    assert gradcheck(f, inputs, eps=1e-6, atol=1e-6, rtol=1e-6, fast_mode=not short)
+    assert torch.autograd.gradgradcheck(f, inputs, eps=1e-6, atol=1e-5, rtol=1e-4, fast_mode=True)
+
+    x = state(kd.NDoF, seed=4)
+    q = x["q"].expand(B, n).clone().requires_grad_()
+    H = pose(_rot(np.random.default_rng(11)), x["r"], x["p"]).expand(B, 4, 4)
+    assert "_RNEABackward" in _graph_names(kd.bias_force(H, q, x["nu"].expand(B, 6), x["qd"].expand(B, n)))
+
+
 def test_pose_composition_rules_to_second_order():
     """Forward kinematics composes poses through a Function with hand-written backward
     and forward-mode rules (long batches, with gradients): first and second derivatives
