@@ -375,7 +375,7 @@ def test_rnea_adjoint_sweep_to_second_order(kd, B):
     r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
     R = _rot(np.random.default_rng(10))[..., None].expand(3, 3, B).contiguous()
     kin = forward(model, R, r(3, B), r(n, B))
-    inertia = world_inertias(model, kin.R, kin.p, kin.X)
+    inertia = world_inertias(model, kin)
     S_dof = kin.S.index_select(0, topology(model).body_of_dof)
     J = inertia.J + 0.01 * r(nb, 3, 3, B)  # not symmetric: the backward is exact for any J
     inputs = tuple(x.detach().clone().requires_grad_() for x in (

@@ -26,7 +26,7 @@ def _pieces(seed: int, B: int = 3, massless: bool = False):
     q = torch.randn(B, model.n, generator=g, dtype=torch.float64)
     R, p = H[:, :3, :3].permute(1, 2, 0), H[:, :3, 3].T
     kin = alg.forward(model, R.contiguous(), p.contiguous(), q.T.contiguous())
-    Mbb, F, S = alg.mass_matrix_top(model, kin, alg.world_inertias(model, kin.R, kin.p))
+    Mbb, F, S = alg.mass_matrix_top(model, kin, alg.world_inertias(model, kin))
     return model, Mbb, F, S, alg.assemble(model, Mbb, F, S)
 
 

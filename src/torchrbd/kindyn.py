@@ -422,13 +422,13 @@ class KinDynComputations:
     def _momentum_rows(model, kin):
         """(6, 6+n, B) first rows of M in MIXED: the map from the MIXED generalized
         velocity to the momentum about the base origin (world axes)."""
-        Mbb, F, _ = alg.mass_matrix_top(model, kin, alg.world_inertias(model, kin.R, kin.p, kin.X))
+        Mbb, F, _ = alg.mass_matrix_top(model, kin, alg.world_inertias(model, kin))
         return torch.cat([Mbb, F.transpose(0, 1)], 1)
 
     @staticmethod
     def _mass_matrix(model, kin, R, p, rep):
         """(B, 6+n, 6+n) M in ``rep`` (batch-first, contiguous), and the world inertias."""
-        inertia = alg.world_inertias(model, kin.R, kin.p, kin.X)
+        inertia = alg.world_inertias(model, kin)
         Mbb, F, S = alg.mass_matrix_top(model, kin, inertia)
         return alg.assemble(model, Mbb, F, S, T=rep_.base_map(rep, R, p)), inertia
 
@@ -454,7 +454,7 @@ class KinDynComputations:
     def _rnea(self, model, kin, R, p, nu, qd, nud=None, qdd=None, *, gravity=True, inertia=None, wrenches=None):
         """Generalized forces (6+n, B) in the representation; arguments batch-last."""
         rep = self._rep
-        inertia = inertia if inertia is not None else alg.world_inertias(model, kin.R, kin.p, kin.X)
+        inertia = inertia if inertia is not None else alg.world_inertias(model, kin)
         V0 = rep_.to_internal(rep, R, p, nu)
         A0 = rep_.T_dot_nu(rep, nu)
         if nud is not None:
@@ -580,7 +580,7 @@ class KinDynComputations:
         # Solve in the internal coordinates (base twist about the base origin, world
         # axes): there M is as well conditioned wherever the robot is, and the base
         # acceleration is converted to the representation afterwards.
-        inertia = alg.world_inertias(model, kin.R, kin.p, kin.X)
+        inertia = alg.world_inertias(model, kin)
         g = torch.cat([model.gravity, torch.zeros_like(model.gravity)])[:, None].expand(6, qd.shape[-1])
         V0 = rep_.to_internal(rep, R, p, nu)
         f = torch.cat([torch.zeros_like(nu), self._bl(a["joint_torques"])], 0)

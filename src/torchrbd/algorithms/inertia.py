@@ -19,6 +19,7 @@ import torch
 from ..model.model import Model
 from ..spatial import matvec
 from .batchlast import const_matmul, cross, halves, mask_sum, matmul, mv, pair
+from .kinematics import Kinematics
 from .topology import topology
 
 
@@ -99,12 +100,10 @@ def pseudo_inertias(model: Model) -> torch.Tensor:
     return phi
 
 
-def world_inertias(model: Model, R: torch.Tensor, p: torch.Tensor, rows: torch.Tensor | None = None) -> SpatialInertia:
-    """Spatial inertias of the bodies about the reference origin O, world axes.
-
-    ``R`` (nb, 3, 3, B), ``p`` (nb, 3, B): world poses of the bodies; ``rows``
-    (nb, 3, 4, B) the same as ``[R | p]`` when the caller has them
-    (:attr:`~.kinematics.Kinematics.X`), else they are concatenated here.
+def world_inertias(model: Model, kin: Kinematics) -> SpatialInertia:
+    """Spatial inertias of the bodies about the reference origin O, world axes, from
+    their world poses in ``kin`` (whole-tree kinematics): the pose rows ``kin.X``
+    (nb, 3, 4, B), or ``[kin.R | kin.p]`` concatenated when it has none.
 
     With the poses as 3x4 rows ``X = [R | p]`` and the bodies' pseudo-inertias ``Phi``
     (:func:`pseudo_inertias`), ``A = X Phi`` holds the world first moment in its last
@@ -115,7 +114,7 @@ def world_inertias(model: Model, R: torch.Tensor, p: torch.Tensor, rows: torch.T
     product and only J's diagonal needs another pass.
     """
     m = body_parameters(model)[0]
-    X = torch.cat([R, p[:, :, None]], 2) if rows is None else rows  # (nb, 3, 4, B)
+    X = torch.cat([kin.R, kin.p[:, :, None]], 2) if kin.X is None else kin.X  # (nb, 3, 4, B)
     A = const_matmul(X, pseudo_inertias(model).neg())  # -X Phi
     J = matmul(A, X.transpose(1, 2))  # -Sigma (nb, 3, 3, B)
     J.diagonal(0, 1, 2).sub_(J.diagonal(0, 1, 2).sum(-1, keepdim=True))  # + tr(Sigma) 1

@@ -42,9 +42,13 @@ def _plus_half(pairs, half: int, x):
 
 def body_velocities(model, kin: Kinematics, V0, qd):
     """(nb, 6, B) twist of every body and (nb, 6, B) the joint twists ``S qd``."""
-    anc = topology(model).ancestor
-    Sqd = kin.S * per_body(model, qd)[:, None]
-    return mask_sum(anc, Sqd, add=V0), Sqd
+    return _twists(model, kin.S, V0, qd)
+
+
+def _twists(model, S, V0, qd):
+    """:func:`body_velocities` from the bodies' motion subspaces ``S`` (nb, 6, B)."""
+    Sqd = S * per_body(model, qd)[:, None]
+    return mask_sum(topology(model).ancestor, Sqd, add=V0), Sqd
 
 
 def rnea_mixed(model, kin: Kinematics, inertia: SpatialInertia, V0, A0, qd, qdd, body_wrenches=None):
@@ -72,8 +76,7 @@ def _forward_sweeps(model, S, S_dof, m, h, J, V0, A0, qd, qdd, body_wrenches):
     topo = topology(model)
     anc = topo.ancestor
     inertia = SpatialInertia(m, h, J)
-    Sqd = S * per_body(model, qd)[:, None]
-    V = mask_sum(anc, Sqd, add=V0)
+    V, Sqd = _twists(model, S, V0, qd)
     dA = motion_cross(V, Sqd)
     if qdd is not None:
         dA = torch.addcmul(dA, S, per_body(model, qdd)[:, None])

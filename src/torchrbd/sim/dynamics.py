@@ -211,7 +211,7 @@ def crba_and_bias(sk: StageKinematics, floating: bool, damping=None):
     into the CRBA's base block and coupling rows (no separate nv x nv matrix).
     """
     model, kin = sk.model, sk.kin
-    inertia = alg.world_inertias(model, kin.R, kin.p, kin.X)
+    inertia = alg.world_inertias(model, kin)
     Mbb, F, S = alg.mass_matrix_top(model, kin, inertia)
     if damping is not None:
         h, load = damping
