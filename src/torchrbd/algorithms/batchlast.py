@@ -26,10 +26,19 @@ def matmul(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     operands ending in 1): one library matmul, fewer kernel launches.
     """
     if A.shape[-1] == 1 and B.shape[-1] == 1:
-        return torch.matmul(A.squeeze(-1), B.squeeze(-1)).unsqueeze(-1)
+        return _one_matmul(A.squeeze(-1), B.squeeze(-1)).unsqueeze(-1)
     if with_rules(A, B):
         return _Matmul.apply(A, B)
     return _matmul_values(A, B)
+
+
+def _one_matmul(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    """``A @ B`` for a batch of one (the batch dimension squeezed): one ``bmm`` for two
+    stacks of matrices of the same length (``torch.matmul`` adds six view and reshape
+    operators around it, a third of a call's operators at B = 1), else ``matmul``."""
+    if A.dim() == 3 and B.dim() == 3 and A.shape[0] == B.shape[0]:
+        return torch.bmm(A, B)
+    return torch.matmul(A, B)
 
 
 def _matmul_values(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
@@ -119,10 +128,13 @@ def const_matmul(A: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
     """(k, r, c, B) @ (k, c, s) -> (k, r, s, B) for a right factor ``C`` without a batch
     (a model constant). Eager: one batched matrix product ``C[k]^T (s, c) @ A[k, i]
     (c, B)`` over the (k, i) pairs, several times faster on CPU than ``c``
-    multiply-adds over the batch. Compiled: those multiply-adds (:func:`matmul`), which
-    inductor fuses with their neighbours where a matrix product would be a library call."""
+    multiply-adds over the batch; a batch of one: ``A[k] @ C[k]``, one ``bmm``. Compiled:
+    those multiply-adds (:func:`matmul`), which inductor fuses with their neighbours where
+    a matrix product would be a library call."""
     if torch.compiler.is_compiling():
         return matmul(A, C[..., None])
+    if A.shape[-1] == 1:
+        return _one_matmul(A.squeeze(-1), C).unsqueeze(-1)
     return torch.matmul(C.transpose(1, 2)[:, None], A)
 
 
@@ -143,7 +155,7 @@ def mm(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
 def mv(A: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """(..., 3, 3, B) @ (..., 3, B) -> (..., 3, B)."""
     if A.shape[-1] == 1 and v.shape[-1] == 1:
-        return torch.matmul(A.squeeze(-1), v)
+        return _one_matmul(A.squeeze(-1), v)
     if with_rules(A, v):
         return _Matmul.apply(A, v.unsqueeze(-2)).squeeze(-2)
     a, x = A.unbind(-2), pieces(v, -2)
@@ -153,7 +165,7 @@ def mv(A: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 def mtv(A: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """A^T v for (..., 3, 3, B), (..., 3, B) -> (..., 3, B)."""
     if A.shape[-1] == 1 and v.shape[-1] == 1:
-        return torch.matmul(A.squeeze(-1).transpose(-1, -2), v)
+        return _one_matmul(A.squeeze(-1).transpose(-1, -2), v)
     if with_rules(A, v):
         return _Matmul.apply(transpose(A), v.unsqueeze(-2)).squeeze(-2)
     a, x = A.unbind(-3), pieces(v, -2)

@@ -12,6 +12,7 @@ parameters, and no division by a mass ever happens (massless bodies are fine).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -20,7 +21,7 @@ from ..model.model import Model
 from ..spatial import matvec
 from .batchlast import const_matmul, cross, halves, mask_sum, matmul, mv, pair
 from .kinematics import Kinematics
-from .topology import topology
+from .topology import _uncached, topology
 
 
 @dataclass
@@ -44,12 +45,30 @@ class SpatialInertia:
         return SpatialInertia(mask @ self.m, mask_sum(mask, self.h), mask_sum(mask, self.J))
 
     def matrix(self) -> torch.Tensor:
-        """(k, 6, 6, B) dense matrices."""
+        """(k, 6, 6, B) dense matrices: one gather of their entries from the values
+        ``(0, m, h, -h, J)`` (one operator where assembling the blocks takes a dozen)."""
         k, B = self.h.shape[0], self.h.shape[-1]
-        eye = torch.eye(3, dtype=self.h.dtype, device=self.h.device)[..., None]
-        H = _skew_bl(self.h)
-        mI = (self.m[:, :, None, None] * eye).expand(k, 3, 3, B)
-        return torch.cat([torch.cat([mI, -H], 2), torch.cat([H, self.J], 2)], 1)
+        m = self.m[:, :, None].expand(k, 1, B)
+        values = torch.cat([torch.zeros_like(m), m, self.h, -self.h, self.J.flatten(1, 2)], 1)  # (k, 17, B)
+        entries = _uncached(_matrix_entries)(str(values.device))
+        return values.index_select(1, entries).view(k, 6, 6, B)
+
+
+@functools.lru_cache(maxsize=8)
+def _matrix_entries(device: str) -> torch.Tensor:
+    """(36,) where each entry of ``[[m 1, -[h]x], [[h]x, J]]`` sits in the values
+    ``(0, m, h, -h, J)`` of :meth:`SpatialInertia.matrix` (row-major)."""
+    zero, m, (hx, hy, hz), (nx, ny, nz) = 0, 1, (2, 3, 4), (5, 6, 7)
+    J = [[8, 9, 10], [11, 12, 13], [14, 15, 16]]
+    rows = [
+        [m, zero, zero, zero, hz, ny],  # -[h]x = [[0, hz, -hy], [-hz, 0, hx], [hy, -hx, 0]]
+        [zero, m, zero, nz, zero, hx],
+        [zero, zero, m, hy, nx, zero],
+        [zero, nz, hy] + J[0],  # [h]x = [[0, -hz, hy], [hz, 0, -hx], [-hy, hx, 0]]
+        [hz, zero, nx] + J[1],
+        [ny, hx, zero] + J[2],
+    ]
+    return torch.tensor(rows, device=device).flatten()
 
 
 def _skew_bl(v):
