@@ -286,7 +286,10 @@ class KinDynComputations:
         flat = {}
         for name, value in out.items():
             spec = value.shape[value.dim() - len(_SPECS[name]) :]
-            flat[name] = value.expand(*batch_shape, *spec).reshape(B, *spec)
+            if len(batch_shape) == 1 and value.shape[0] == B and value.dim() == 1 + len(spec):
+                flat[name] = value  # already (B, *spec): no view operators
+            else:
+                flat[name] = value.expand(*batch_shape, *spec).reshape(B, *spec)
         return self._model_for(dtype, device), tuple(batch_shape), flat
 
     @staticmethod

@@ -217,13 +217,26 @@ def _body_pose_rows_in_place(topo, X0: torch.Tensor, local: torch.Tensor) -> tor
     return X
 
 
+def _axis_terms(model: Model) -> torch.Tensor:
+    """(nb, 3, 1 or 2) each body's joint axis in its own frame as the column of
+    revolute motion, then (with prismatic joints) that of prismatic motion; zero
+    columns for the other kind. Cached like :func:`_joint_pose_terms`."""
+    cached = model.__dict__.get("_axis_terms")
+    if cached is not None:
+        return cached
+    topo = topology(model)
+    kinds = [topo.is_revolute] + ([topo.is_prismatic] if topo.has_prismatic else [])
+    terms = torch.stack([model.joint_axis * k[:, None] for k in kinds], -1)
+    if not model.joint_axis.requires_grad and not torch.compiler.is_compiling():
+        object.__setattr__(model, "_axis_terms", terms)
+    return terms
+
+
 def motion_subspaces(model: Model, R: torch.Tensor, p: torch.Tensor, bodies=slice(None)) -> torch.Tensor:
     """(k, 6, B) world-origin joint twists per unit joint velocity (see :class:`Kinematics`)
     of ``bodies`` (default all) posed by ``R`` (k, 3, 3, B), ``p`` (k, 3, B)."""
     topo = topology(model)
-    axis = model.joint_axis[bodies]
-    kinds = [topo.is_revolute[bodies]] + ([topo.is_prismatic[bodies]] if topo.has_prismatic else [])
-    s = const_matmul(R, torch.stack([axis * k[:, None] for k in kinds], -1))  # world axes (k, 3, 1 or 2, B)
+    s = const_matmul(R, _axis_terms(model)[bodies])  # world axes (k, 3, 1 or 2, B)
     s_rev = s[:, :, 0]
     lin = cross(p, s_rev)
     if topo.has_prismatic:
