@@ -34,8 +34,9 @@ def matmul(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
 
 def _one_matmul(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     """``A @ B`` for a batch of one (the batch dimension squeezed): one ``bmm`` for two
-    stacks of matrices of the same length (``torch.matmul`` adds six view and reshape
-    operators around it, a third of a call's operators at B = 1), else ``matmul``."""
+    stacks of matrices of the same length (``torch.matmul`` wraps it in six to eight view,
+    reshape and copy operators: 48 of iCub's aba's 276 operators at B = 1), else
+    ``matmul``."""
     if A.dim() == 3 and B.dim() == 3 and A.shape[0] == B.shape[0]:
         return torch.bmm(A, B)
     return torch.matmul(A, B)
