@@ -227,7 +227,7 @@ def _axis_terms(model: Model) -> torch.Tensor:
     topo = topology(model)
     kinds = [topo.is_revolute] + ([topo.is_prismatic] if topo.has_prismatic else [])
     terms = torch.stack([model.joint_axis * k[:, None] for k in kinds], -1)
-    if not model.joint_axis.requires_grad and not torch.compiler.is_compiling():
+    if not model.joint_axis.requires_grad:
         object.__setattr__(model, "_axis_terms", terms)
     return terms
 
