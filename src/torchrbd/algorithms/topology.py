@@ -32,6 +32,9 @@ class Topology:
     * ``ancestor``: (nbody, nbody) float mask, ``ancestor[i, j] = 1`` when body j
       is body i or one of its ancestors (its *support*).
     * ``body_of_dof``: (n,) body moved by each coordinate.
+    * ``dof_row_of_body``: (nbody,) ``1 +`` the coordinate of each body's joint, 0 for
+      bodies without one: the rows of the coordinates with a zero row prepended that
+      :func:`~.kinematics.per_body` gathers.
     * ``is_revolute`` / ``is_prismatic``: (nbody,) float masks.
     * ``link_body``: (nlink,) body of each link.
     * ``subtrees``: (1+n, nbody) float mask: row 0 all ones (the whole tree, the
@@ -53,6 +56,7 @@ class Topology:
     unsort: torch.Tensor | None
     ancestor: torch.Tensor
     body_of_dof: torch.Tensor
+    dof_row_of_body: torch.Tensor
     is_revolute: torch.Tensor
     is_prismatic: torch.Tensor
     link_body: torch.Tensor
@@ -132,6 +136,7 @@ def _topology(parents: tuple, jtypes: tuple, body_dof: tuple, link_body: tuple, 
         unsort=None if order == list(range(nb)) else long([pos[i] for i in range(nb)]),
         ancestor=torch.tensor(anc, device=device, dtype=dtype),
         body_of_dof=long(body_of_dof),
+        dof_row_of_body=long([d + 1 for d in body_dof]),
         is_revolute=torch.tensor([float(t == JointType.REVOLUTE) for t in jtypes], device=device, dtype=dtype),
         is_prismatic=torch.tensor([float(t == JointType.PRISMATIC) for t in jtypes], device=device, dtype=dtype),
         link_body=long(list(link_body)),
