@@ -311,9 +311,8 @@ class KinDynComputations:
         to the base). Returns (kin, base R (3, 3, B), base position pB (3, B)).
         With ``frame``, only the bodies from the base to that frame's body
         (:func:`~torchrbd.algorithms.chain_forward`)."""
-        H = a["base_transform"]
-        R = H[:, :3, :3].permute(1, 2, 0).contiguous()
-        pB = H[:, :3, 3].transpose(0, 1).contiguous()
+        Hb = a["base_transform"][:, :3].permute(1, 2, 0).contiguous()  # (3, 4, B): one transposing copy
+        R, pB = Hb[:, :3], Hb[:, 3]
         q = self._bl(a["joint_positions"])
         if frame is None:
             return alg.forward(model, R, torch.zeros_like(pB), q), R, pB
@@ -463,13 +462,15 @@ class KinDynComputations:
         if nud is not None:
             A0 = A0 + rep_.to_internal(rep, R, p, nud)
         if gravity:
-            A0 = A0 - torch.cat([model.gravity, torch.zeros_like(model.gravity)])[:, None]
+            A0 = A0 - alg.gravity_twist(model)
         tau = alg.rnea_mixed(model, kin, inertia, V0, A0, qd, qdd)
-        base = rep_.rows_times_T(rep, tau[None, :6], R, p)[0]
-        joints = tau[6:]
-        if qdd is not None and model.armature is not None:
-            joints = joints + model.armature[:, None] * qdd
-        tau = torch.cat([base, joints], 0)
+        armature = qdd is not None and model.armature is not None
+        if rep != rep_.MIXED or armature:  # (MIXED: T = 1, the base rows as they are)
+            base = rep_.rows_times_T(rep, tau[None, :6], R, p)[0]
+            joints = tau[6:]
+            if armature:
+                joints = joints + model.armature[:, None] * qdd
+            tau = torch.cat([base, joints], 0)
         if wrenches:
             tau = tau - self._wrench_forces(model, kin, R, p, wrenches)
         return tau
@@ -584,12 +585,13 @@ class KinDynComputations:
         # axes): there M is as well conditioned wherever the robot is, and the base
         # acceleration is converted to the representation afterwards.
         inertia = alg.world_inertias(model, kin)
-        g = torch.cat([model.gravity, torch.zeros_like(model.gravity)])[:, None].expand(6, qd.shape[-1])
+        g = alg.gravity_twist(model).expand(6, qd.shape[-1])
         V0 = rep_.to_internal(rep, R, p, nu)
         f = torch.cat([torch.zeros_like(nu), self._bl(a["joint_torques"])], 0)
         if w:
             f = f + self._wrench_forces(model, kin, R, p, w)
-        f = torch.cat([rep_.forces_to_internal(rep, f[:6], R, p), f[6:]], 0)
+            if rep != rep_.MIXED:  # (MIXED: the base forces are already internal)
+                f = torch.cat([rep_.forces_to_internal(rep, f[:6], R, p), f[6:]], 0)
         try:
             if articulated.applies(model, kin, inertia, V0, qd, f):
                 acc = articulated.articulated_body(model, kin, inertia, V0, qd, f, g)
@@ -602,9 +604,7 @@ class KinDynComputations:
                 f"{model.name}: the mass matrix is not positive definite at this configuration "
                 "(a movable joint that moves no mass or inertia?)"
             ) from None
-        base = rep_.acceleration_from_internal(rep, acc[:6], R, p, nu)
-        acc = torch.cat([base, acc[6:]], 0)
-        return self._out(acc, bs)
+        return self._out(rep_.acceleration_from_internal(rep, acc, R, p, nu), bs)
 
     @staticmethod
     def _solve_mass_matrix(model, Mbb, F, S, rhs):

@@ -14,12 +14,12 @@ from .kinematics import (
 )
 from .prepare import prepare
 from .representation import Representations
-from .rnea import body_velocities, rnea_mixed
+from .rnea import body_velocities, gravity_twist, rnea_mixed
 from .topology import Topology, topology
 
 __all__ = [
     "Kinematics", "Representations", "SpatialInertia", "Topology", "body_parameters", "body_poses",
     "body_velocities", "center_of_mass", "chain_column_rates", "chain_columns", "chain_forward", "chain_rows",
-    "dof_subspaces", "forward", "frame_pose", "link_poses", "mass_matrix_top", "assemble", "per_body", "prepare",
+    "dof_subspaces", "forward", "frame_pose", "gravity_twist", "link_poses", "mass_matrix_top", "assemble", "per_body", "prepare",
     "rnea_mixed", "topology", "world_inertias",
 ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 from ..model.model import Model
 from .inertia import pseudo_inertias
 from .kinematics import _axis_terms, _joint_pose_matrix
+from .rnea import gravity_twist
 from .topology import chain, topology
 from .tree_cholesky import tree_plan
 
@@ -25,6 +26,7 @@ def prepare(model: Model) -> Model:
     pseudo_inertias(model)  # and the merged body parameters
     _joint_pose_matrix(model)  # and the pose terms
     _axis_terms(model)
+    gravity_twist(model)
     model.frame(model.link_names[0])  # the link-name index
     for body in range(model.nbody):
         chain(model, body)

@@ -72,15 +72,17 @@ def forces_to_internal(rep, f, R, pB):
 
 
 def acceleration_from_internal(rep, a, R, pB, nu):
-    """Base acceleration in ``rep`` from the internal one (6, B):
-    ``T^{-1} (a - Tdot nu)`` with ``nu`` the base velocity in ``rep``."""
-    a = a - T_dot_nu(rep, nu)
-    lin, ang = halves(a, 0)
+    """Generalized accelerations (6+k, B) in ``rep`` from the internal ones: the base
+    rows become ``T^{-1} (a - Tdot nu)`` with ``nu`` the base velocity in ``rep``
+    (``Tdot nu`` is zero but in MIXED, see :func:`T_dot_nu`); the others stay."""
+    base, rest = a.split_with_sizes([6, a.shape[0] - 6])
+    lin, ang = halves(base, 0)
     if rep == BODY:
-        return torch.cat([mtv(R, lin), mtv(R, ang)], 0)
+        return torch.cat([mtv(R, lin), mtv(R, ang), rest], 0)
     if rep == INERTIAL:
-        return torch.cat([lin + cross(pB, ang), ang], 0)
-    return a
+        return torch.cat([lin + cross(pB, ang), ang, rest], 0)
+    v, w = halves(nu, 0)
+    return torch.cat([lin - cross(v, w), ang, rest], 0)
 
 
 def base_map(rep, R, pB):

@@ -40,6 +40,19 @@ def _plus_half(pairs, half: int, x):
     return pairs.flatten(1, 2)
 
 
+def gravity_twist(model) -> torch.Tensor:
+    """(6, 1) gravity as a spatial acceleration ``[g; 0]``. Cached on the model unless
+    the gravity needs a gradient (see :func:`~.prepare.prepare`)."""
+    cached = model.__dict__.get("_gravity_twist")
+    if cached is not None:
+        return cached
+    g = model.gravity
+    twist = torch.cat([g, torch.zeros_like(g)])[:, None]
+    if not g.requires_grad:
+        object.__setattr__(model, "_gravity_twist", twist)
+    return twist
+
+
 def body_velocities(model, kin: Kinematics, V0, qd):
     """(nb, 6, B) twist of every body and (nb, 6, B) the joint twists ``S qd``."""
     return _twists(model, kin.S, V0, qd)
