@@ -457,6 +457,20 @@ def test_batch_last_cross_product_rules_to_second_order():
     torch.testing.assert_close(batched[1], -cross(a, b))
 
 
+@pytest.mark.parametrize("B", [3, 64])
+def test_sum_of_cross_products_matches_the_library(B):
+    """``cross_sum`` (one multiply-add chain per component for long batches without
+    gradients; separate products otherwise) against ``torch.linalg.cross``."""
+    from torchrbd.algorithms.batchlast import cross_sum
+
+    g = torch.Generator().manual_seed(16)
+    a, b, c, d = (torch.randn(5, 3, B, generator=g, dtype=torch.float64) for _ in range(4))
+    expected = torch.linalg.cross(a, b, dim=-2) + torch.linalg.cross(c, d, dim=-2)
+    torch.testing.assert_close(cross_sum((a, b), (c, d)), expected, rtol=1e-14, atol=1e-14)
+    a.requires_grad_()
+    torch.testing.assert_close(cross_sum((a, b), (c, d)), expected, rtol=1e-14, atol=1e-14)
+
+
 def test_gradients_reach_batch_last_tensors_contiguous():
     """A user's gradient arrives batch-first; where a batch-last intermediate was viewed
     batch-first, its gradient is made contiguous again (otherwise the whole backward of

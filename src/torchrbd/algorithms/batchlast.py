@@ -194,6 +194,26 @@ def _cross_values(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
                         (a0 * b1).addcmul_(a1, b0, value=-1)], -2)
 
 
+def cross_sum(*pairs) -> torch.Tensor:
+    """``sum_k a_k x b_k`` for pairs ``(a_k, b_k)`` of (..., 3, B) vectors of one shape
+    (a difference is a sum with the pair swapped). Without gradients, one chain of
+    multiply-adds per component into one buffer: separate products would each make a
+    stacked result and then a pass per addition."""
+    operands = [x for pair in pairs for x in pair]
+    if with_rules(*operands) or operands[0].shape[-1] < 64 or len({x.shape for x in operands}) > 1:
+        return sum(cross(a, b) for a, b in pairs)
+    parts = [(a.unbind(-2), b.unbind(-2)) for a, b in pairs]
+    out = []
+    for i in range(3):
+        j, k = (i + 1) % 3, (i + 2) % 3
+        (a, b), rest = parts[0], parts[1:]
+        acc = (a[j] * b[k]).addcmul_(a[k], b[j], value=-1)
+        for a, b in rest:
+            acc.addcmul_(a[j], b[k]).addcmul_(a[k], b[j], value=-1)
+        out.append(acc)
+    return torch.stack(out, -2)
+
+
 _Cross = bilinear_function(
     "_Cross", _cross_values,
     lambda G, a, b: cross(b, G), lambda G, a, b: cross(G, a),
@@ -204,15 +224,15 @@ _Cross = bilinear_function(
 )
 
 
-def mask_sum(mask: torch.Tensor, x: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:
-    """``add + sum_k mask[i, k] x[k]``: (r, k) mask, (k, *s) x, optional ``add`` (*s)
-    broadcast over i -> (r, *s). One matrix product over the flattened trailing
-    dimensions (sums over supports or subtrees with a 0/1 mask)."""
+def mask_sum(mask: torch.Tensor, x: torch.Tensor, add: torch.Tensor | None = None, beta: float = 1) -> torch.Tensor:
+    """``beta add + sum_k mask[i, k] x[k]``: (r, k) mask, (k, *s) x, optional ``add``
+    (*s, broadcast over i, or (r, *s)) -> (r, *s). One matrix product over the flattened
+    trailing dimensions (sums over supports or subtrees with a 0/1 mask)."""
     flat = x.reshape(x.shape[0], math.prod(x.shape[1:]))
     if add is None:
         out = torch.mm(mask, flat)
     else:
-        out = torch.addmm(add.reshape(1, -1), mask, flat)
+        out = torch.addmm(add.reshape(-1, flat.shape[1]), mask, flat, beta=beta)
     return out.reshape(mask.shape[0], *x.shape[1:])
 
 

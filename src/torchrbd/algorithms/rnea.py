@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .batchlast import cross, halves, has_tangent, mask_sum, pair, plain, with_rules
+from .batchlast import cross, cross_sum, halves, has_tangent, mask_sum, pair, plain, with_rules
 from .inertia import SpatialInertia
 from .kinematics import Kinematics, dof_subspaces, per_body
 from .topology import topology
@@ -140,14 +140,13 @@ class _RNEA(torch.autograd.Function):
         topo = topology(model)
         transposed = SpatialInertia(m, h, J.transpose(1, 2))  # I^T (I as given: exact for any J)
         g0, gj = g.split_with_sizes([6, model.n])
-        Fbar = torch.cat([g0[None], gj[:, None] * S_dof], 0)
-        fbar = mask_sum(topo.subtrees.t(), Fbar)
+        fbar = mask_sum(topo.subtrees[1:].t(), gj[:, None] * S_dof, add=g0)  # (row 0 of subtrees: all ones)
         u = motion_cross(V, fbar)
         Abar = transposed.apply(fbar)
-        Vbar = -(force_cross(fbar, IV) + transposed.apply(u))
+        minus_Vbar = force_cross(fbar, IV) + transposed.apply(u)
         dAbar = mask_sum(topo.ancestor.t(), Abar)
-        Vbar = Vbar + force_cross(Sqd, dAbar)
-        Sqdbar = mask_sum(topo.ancestor.t(), Vbar) - force_cross(V, dAbar)
+        Vbar = force_cross(Sqd, dAbar) - minus_Vbar
+        Sqdbar = mask_sum(topo.ancestor.t(), Vbar, add=force_cross(V, dAbar), beta=-1)
         qd_b = per_body(model, qd)
         grads = dict.fromkeys(("S", "S_dof", "m", "h", "J", "V0", "A0", "qd", "qdd", "w"))
         need = dict(zip(grads, ctx.needs_input_grad[1:]))
@@ -162,9 +161,10 @@ class _RNEA(torch.autograd.Function):
             if need["m"]:
                 grads["m"] = ((fl * Al).sum(1) - (ul * Vl).sum(1)).sum_to_size(m.shape)
             if need["h"]:
-                grads["h"] = (cross(Al, fa) - cross(Aa, fl) - cross(Vl, ua) + cross(Va, ul)).sum_to_size(h.shape)
-            if need["J"]:
-                grads["J"] = (fa[:, :, None] * Aa[:, None] - ua[:, :, None] * Va[:, None]).sum_to_size(J.shape)
+                grads["h"] = cross_sum((Al, fa), (fl, Aa), (ua, Vl), (Va, ul)).sum_to_size(h.shape)
+            if need["J"]:  # fa Aa^T - ua Va^T
+                grads["J"] = (fa[:, :, None] * Aa[:, None]).addcmul_(ua[:, :, None], Va[:, None], value=-1)
+                grads["J"] = grads["J"].sum_to_size(J.shape)
         if need["V0"]:
             grads["V0"] = Vbar.sum(0).sum_to_size(V0.shape)
         if need["A0"]:
