@@ -315,10 +315,10 @@ def link_poses(model: Model, kin: Kinematics):
     return mm(Rb, model.link_rot[..., None]), pb + mv(Rb, model.link_pos[..., None])
 
 
-def frame_pose(model: Model, kin: Kinematics, frame: str):
-    """World pose of one frame: body index, (3, 3, B), (3, B). ``kin`` may be a
-    :func:`chain_forward` to the frame's body."""
+def frame_pose(model: Model, kin: Kinematics, frame: str, rotation: bool = True):
+    """World pose of one frame: body index, (3, 3, B) (None unless ``rotation``), (3, B).
+    ``kin`` may be a :func:`chain_forward` to the frame's body."""
     body, rot, pos = model.frame(frame)
     row = body if kin.chain is None else -1
     Rb, pb = kin.R[row], kin.p[row]
-    return body, mm(Rb, rot[..., None]), pb + mv(Rb, pos[..., None])
+    return body, mm(Rb, rot[..., None]) if rotation else None, pb + mv(Rb, pos[..., None])
