@@ -45,3 +45,14 @@ def test_gpu_check_pieces_run_on_the_cpu(sim_settings):
     if not torch.cuda.is_available():
         assert g["main"]([]) == 1  # says so and stops
 
+
+
+def test_ab_compares_two_versions_in_one_process(capsys):
+    """benchmarks/ab.py imports a second copy of the package (here the installed one,
+    given by its directory) beside torchrbd, checks that both agree and times them."""
+    import torchrbd
+
+    ratios = _script("ab")["main"](["--old", str(Path(torchrbd.__file__).parent), "--robot", "arm7", "--batch", "4",
+                                     "--rounds", "2", "--calls", "1", "--only", "M,fb"])
+    assert set(ratios) == {"M", "fb"} and all(r > 0 for r in ratios.values())
+    assert "| M |" in capsys.readouterr().out
