@@ -143,18 +143,30 @@ class Model:
         return list(self.link_names) + list(self.extra_frames)
 
     def frame(self, name: str):
-        """(body index, body_R_frame (3, 3), body_p_frame (3,)) of a link or extra frame."""
+        """(body index, body_R_frame (3, 3), body_p_frame (3,)) of a link or extra frame.
+
+        Kept per name once looked up (a frame's Jacobian looks it up three times per
+        call), unless the link placements need a gradient or ``torch.compile`` traces."""
         from ..errors import FrameNotFoundError
 
+        found = self.__dict__.get("_frame_cache", {}).get(name)
+        if found is not None:
+            return found
         if name in self._link_index:
             k = self._link_index[name]
-            return self.link_body[k], self.link_rot[k], self.link_pos[k]
-        if name in self.extra_frames:
+            found = self.link_body[k], self.link_rot[k], self.link_pos[k]
+        elif name in self.extra_frames:
             k, rot, pos = self.extra_frames[name]
             R = self.link_rot[k] @ rot.to(self.link_rot)
             p = self.link_rot[k] @ pos.to(self.link_rot) + self.link_pos[k]
-            return self.link_body[k], R, p
-        raise FrameNotFoundError(name, self.frame_names(), self.name)
+            found = self.link_body[k], R, p
+        else:
+            raise FrameNotFoundError(name, self.frame_names(), self.name)
+        if not (self.link_rot.requires_grad or self.link_pos.requires_grad or torch.compiler.is_compiling()):
+            if "_frame_cache" not in self.__dict__:
+                object.__setattr__(self, "_frame_cache", {})
+            self.__dict__["_frame_cache"][name] = found
+        return found
 
     @property
     def _link_index(self) -> dict:
