@@ -223,6 +223,25 @@ def test_bench_pauses_before_single_threaded_samples(monkeypatch):
     assert slept == []
 
 
+def test_bench_samples_all_quantities_round_by_round(monkeypatch):
+    """`torchrbd bench` times every quantity and column of a batch size in one
+    interleaved run (each quantity's samples spread over the whole run, so that a slow
+    second on this shared machine does not land on one quantity's samples only)."""
+    from torchrbd import bench
+
+    seen = []
+
+    def fake_timeit(fns, repeat, sync=None, single_threaded=("pinocchio",)):
+        seen.append(sorted(k for k, f in fns.items() if f is not None))
+        return {k: 1e-3 for k in fns}
+
+    monkeypatch.setattr(bench, "_timeit", fake_timeit)
+    rows = bench.main(["--quick", "--no-adam", "--dtype", "both"])
+    quantities = [row["quantity"] for row in rows]
+    assert len(seen) == 1 and len(quantities) == 6
+    assert seen[0] == sorted((q, col) for q in quantities for col in ("torchrbd", "pinocchio", "float32"))
+
+
 def test_bench_samples_start_with_an_untimed_call(monkeypatch):
     """Each timed sample is preceded by one call of the same callable (steady state:
     the first call after another callable or a pause runs on cold caches)."""

@@ -42,12 +42,15 @@ _WARM_S = 0.01
 
 
 def _timeit(fns: dict, repeat: int, sync=None, single_threaded=("pinocchio",)) -> dict:
-    """{name: median wall time per call, s} for the callables ``fns`` (None skipped).
+    """{key: median wall time per call, s} for the callables ``fns`` (None skipped); a
+    key is a column name or a ``(quantity, column)`` pair.
 
     Three warm-up calls each; each sample runs one callable enough times in a row to
     last about 5 ms (microsecond calls are timed in steady state), and the samples of
-    the callables are interleaved, so that a load spike on this shared machine hits
-    every column alike instead of one.
+    the callables are interleaved round by round, so that a load spike on this shared
+    machine hits every column and quantity alike instead of one (``main`` times all
+    quantities of a batch size in one call: each quantity's samples then spread over
+    the whole run, not over the fraction of a second its own turn would last).
 
     After each parallel operator, torch's OpenMP threads keep spinning for some
     milliseconds (libgomp's default wait policy); a single-threaded C++ loop timed right
@@ -92,7 +95,8 @@ def _timeit(fns: dict, repeat: int, sync=None, single_threaded=("pinocchio",)) -
     samples = {k: [] for k in fns}
     for _ in range(repeat):
         for k, fn in fns.items():
-            samples[k].append(run(fn, numbers[k], settle if k in single_threaded else 0.0))
+            column = k[-1] if isinstance(k, tuple) else k
+            samples[k].append(run(fn, numbers[k], settle if column in single_threaded else 0.0))
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
@@ -259,15 +263,12 @@ def main(argv=None) -> list:
         sep += "---|---|"
         print(head)
         print(sep)
-        for name, fn in ours.items():
-            times = _timeit(
-                {"torchrbd": fn, "pinocchio": (pin_cases or {}).get(name), "compiled": comp.get(name),
-                 "float32": f32.get(name)},
-                args.repeat, sync,
-            )
+        columns = {"torchrbd": ours, "pinocchio": pin_cases or {}, "compiled": comp, "float32": f32}
+        times = _timeit({(name, col): fns.get(name) for name in ours for col, fns in columns.items()}, args.repeat, sync)
+        for name in ours:
             # adam is 10-100x slower: fewer samples of it, on their own
             ta = _timeit({"adam": adam[name]}, max(1, args.repeat // 3), sync)["adam"] if adam and name in adam else None
-            t, tp, tc, t32 = times["torchrbd"], times.get("pinocchio"), times.get("compiled"), times.get("float32")
+            t, tp, tc, t32 = (times.get((name, col)) for col in ("torchrbd", "pinocchio", "compiled", "float32"))
             row = dict(batch=B, quantity=name, pinocchio=tp, torchrbd=t, compiled=tc, float32=t32, adam=ta)
             rows.append(row)
             line = f"| {name} | {_fmt(tp)} | {_fmt(t)} | {B / t:,.0f} | {f'{t / tp:.2f}x' if tp else '-'} |"
