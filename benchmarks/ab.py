@@ -3,6 +3,7 @@
     python benchmarks/ab.py --old HEAD~1                 # a git revision of this repository
     python benchmarks/ab.py --old /path/to/src/torchrbd  # or a package directory
     python benchmarks/ab.py --old HEAD~1 --batch 1 --only aba,fb --rounds 21
+    python benchmarks/ab.py --old HEAD~1 --compile --only M,h   # both through kd.compiled()
 
 The other version is imported as a second package (``torchrbd_ab_old``) in the same
 process, and the two are timed in alternating order round after round, so that this
@@ -107,6 +108,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--calls", type=int, default=10, help="calls per sample (a third of it for forward+backward)")
     ap.add_argument("--only", default=None, help="comma-separated subset of M,h,aba,J,FK,CMM,fb,Mfb,hfb,Jfb")
+    ap.add_argument("--compile", action="store_true", help="time both versions' compiled copies (kd.compiled())")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -119,6 +121,8 @@ def main(argv=None) -> dict:
         old_pkg = import_old(args.old, Path(tmp))
         kds = {"old": old_pkg.KinDynComputations(str(path), joints, dtype=dtype),
                "new": torchrbd.KinDynComputations(str(path), joints, dtype=dtype)}
+        if args.compile:  # the first call of each quantity compiles (tens of seconds each)
+            kds = {side: kd.compiled() for side, kd in kds.items()}
         runs = {name: cases(kd, frame, args.batch, dtype) for name, kd in kds.items()}
         names = list(runs["new"]) if not args.only else args.only.split(",")
         for k in names:
@@ -131,8 +135,8 @@ def main(argv=None) -> dict:
                 calls = max(1, args.calls // 3) if k.endswith("fb") else args.calls
                 for side in ("old", "new") if r % 2 == 0 else ("new", "old"):
                     samples[k][side].append(per_call(runs[side][k], calls))
-    print(f"# in-process A/B: {args.robot}, B = {args.batch}, {args.dtype}, {torch.get_num_threads()} threads, "
-          f"{args.rounds} rounds; old = {args.old}")
+    print(f"# in-process A/B{' (compiled)' if args.compile else ''}: {args.robot}, B = {args.batch}, {args.dtype}, "
+          f"{torch.get_num_threads()} threads, {args.rounds} rounds; old = {args.old}")
     print("| quantity | old | new | new / old |\n|---|---|---|---|")
     ratios = {}
     for k, s in samples.items():
