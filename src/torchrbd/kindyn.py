@@ -93,11 +93,13 @@ class KinDynComputations:
         "link_poses", "mass_matrix_and_bias_force",
     )
 
-    # One frame's pose and Jacobian are a short chain of tiny products: told to store
-    # every intermediate, inductor emits vectorised loops over the batch instead of
-    # recomputing sin/cos and strided loads inside each entry (3x faster at B=1024;
-    # the same setting makes the whole-tree algorithms slower, so it is per method).
-    _SHORT_CHAINS = {name: {"realize_opcount_threshold": 1} for name in ("forward_kinematics", "jacobian")}
+    # One frame's pose, Jacobian and its rate are a short chain of tiny products: told
+    # to store every intermediate, inductor emits vectorised loops over the batch
+    # instead of recomputing sin/cos and strided loads inside each entry (3x faster at
+    # B=1024; the same setting makes the whole-tree algorithms slower, so it is per
+    # method). Their joints' local transforms are then one library product
+    # (``const_lmatmul(..., fuse=False)``; jacobian_dot 0.93x the time with both).
+    _SHORT_CHAINS = {name: {"realize_opcount_threshold": 1} for name in ("forward_kinematics", "jacobian", "jacobian_dot")}
 
     def compiled(self, **compile_kwargs) -> "KinDynComputations":
         """A copy whose methods run through ``torch.compile`` (opt-in; same results).

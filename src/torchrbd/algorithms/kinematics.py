@@ -103,12 +103,13 @@ def _joint_pose_matrix(model: Model) -> torch.Tensor:
     return K
 
 
-def _local_transforms(model: Model, q: torch.Tensor, bodies=slice(None)) -> torch.Tensor:
+def _local_transforms(model: Model, q: torch.Tensor, bodies=slice(None), fuse: bool = True) -> torch.Tensor:
     """parent_X_body of ``bodies`` at their coordinates ``q`` (k, B): (k, 3, 4, B)
     ``[R | p]`` rows, or (k, 4, 4) homogeneous matrices when B = 1 (see :func:`_steps`).
 
     Long batches: one batched product of the constant coefficients (k, 12, t) of
-    :func:`_joint_pose_matrix` with the terms (k, t, B)."""
+    :func:`_joint_pose_matrix` with the terms (k, t, B) (``fuse``: see
+    :func:`~.batchlast.const_lmatmul`)."""
     topo = topology(model)
     if q.shape[-1] == 1:
         C, q = _joint_pose_terms(model)[:, bodies], q[..., None]  # (k, 1, 1): the batch of one is the last index
@@ -124,7 +125,7 @@ def _local_transforms(model: Model, q: torch.Tensor, bodies=slice(None)) -> torc
         terms += [torch.sin(q), torch.cos(q)]
     if topo.has_prismatic:
         terms.append(q)
-    local = const_lmatmul(_joint_pose_matrix(model)[bodies], torch.stack(terms, 1))  # (k, 12, B)
+    local = const_lmatmul(_joint_pose_matrix(model)[bodies], torch.stack(terms, 1), fuse)  # (k, 12, B)
     return local.unflatten(1, (3, 4))
 
 
@@ -267,7 +268,7 @@ def chain_forward(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: t
     if not len(path):
         S = q.new_zeros(0, 6, q.shape[-1]) if subspaces else None
         return Kinematics(base_R[None], base_p[None], S, path)
-    local = _local_transforms(model, q.index_select(0, path.dofs), path.bodies)
+    local = _local_transforms(model, q.index_select(0, path.dofs), path.bodies, fuse=False)
     X, step, unsqueeze = _steps(base_R, base_p)
     if subspaces and _in_place(X, local):
         poses = X.new_empty(local.shape[0], *X.shape[1:])
