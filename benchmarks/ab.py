@@ -27,6 +27,8 @@ from pathlib import Path
 
 import torch
 
+from torchrbd.bench import inputs, nograd
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -50,18 +52,9 @@ def import_old(old: str, where: Path):
 
 
 def cases(kd, frame: str, B: int, dtype) -> dict:
-    """{name: callable} for one KinDynComputations at batch size B (fixed inputs)."""
-    n = kd.NDoF
-    g = torch.Generator().manual_seed(0)
-    H = torch.eye(4, dtype=dtype).repeat(B, 1, 1)
-    H[:, :3, 3] = torch.randn(B, 3, generator=g, dtype=torch.float64).to(dtype)
-    q, nu, qd, tau = (torch.randn(B, k, generator=g, dtype=torch.float64).to(dtype) for k in (n, 6, n, n))
-
-    def no_grad(f):
-        def run():
-            with torch.no_grad():
-                return f()
-        return run
+    """{name: callable} for one KinDynComputations at batch size B (the benchmark's
+    fixed inputs, :func:`torchrbd.bench.inputs`)."""
+    H, q, nu, qd, tau = inputs(kd.NDoF, B, dtype)
 
     def fwd_bwd(f):
         def run():
@@ -77,12 +70,12 @@ def cases(kd, frame: str, B: int, dtype) -> dict:
         return torch.autograd.grad(a.sum(), (qg, qdg, taug))[0]
 
     return {
-        "M": no_grad(lambda: kd.mass_matrix(H, q)),
-        "h": no_grad(lambda: kd.bias_force(H, q, nu, qd)),
-        "aba": no_grad(lambda: kd.aba(H, q, nu, qd, tau)),
-        "J": no_grad(lambda: kd.jacobian(frame, H, q)),
-        "FK": no_grad(lambda: kd.forward_kinematics(frame, H, q)),
-        "CMM": no_grad(lambda: kd.centroidal_momentum_matrix(H, q)),
+        "M": nograd(lambda: kd.mass_matrix(H, q)),
+        "h": nograd(lambda: kd.bias_force(H, q, nu, qd)),
+        "aba": nograd(lambda: kd.aba(H, q, nu, qd, tau)),
+        "J": nograd(lambda: kd.jacobian(frame, H, q)),
+        "FK": nograd(lambda: kd.forward_kinematics(frame, H, q)),
+        "CMM": nograd(lambda: kd.centroidal_momentum_matrix(H, q)),
         "fb": aba_fwd_bwd,
         "Mfb": fwd_bwd(lambda x: kd.mass_matrix(H, x)),
         "hfb": fwd_bwd(lambda x: kd.bias_force(H, x, nu, qd)),

@@ -100,6 +100,26 @@ def _timeit(fns: dict, repeat: int, sync=None, single_threaded=("pinocchio",)) -
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
+def inputs(n: int, B: int, dtype, device="cpu"):
+    """Fixed benchmark inputs (the same for every run): ``H`` (B, 4, 4) identity base
+    poses and ``q, nu, qd, tau`` (B, n / 6 / n / n) drawn from a seeded generator."""
+    g = torch.Generator().manual_seed(0)
+
+    def r(*s):
+        return torch.randn(*s, generator=g, dtype=torch.float64).to(dtype=dtype, device=device)
+
+    H = torch.eye(4, dtype=dtype, device=device).expand(B, 4, 4).contiguous()
+    return H, r(B, n), r(B, 6), r(B, n), r(B, n)
+
+
+def nograd(f):
+    """``f`` called without gradients (its result returned)."""
+    def run():
+        with torch.no_grad():
+            return f()
+    return run
+
+
 def torchrbd_cases(path, joints, frame, B, dtype, device, compile_=False, cpp_wrapper=False):
     """{quantity: callable} for torchrbd at batch size B (compiled: with inductor's C++
     wrapper when ``cpp_wrapper``)."""
@@ -108,25 +128,12 @@ def torchrbd_cases(path, joints, frame, B, dtype, device, compile_=False, cpp_wr
     kd = KinDynComputations(path, joints)
     if compile_:
         kd = kd.compiled(**({"options": {"cpp_wrapper": True}} if cpp_wrapper else {}))
-    n = kd.NDoF
-    g = torch.Generator().manual_seed(0)
-
-    def r(*s):
-        return torch.randn(*s, generator=g, dtype=torch.float64).to(dtype=dtype, device=device)
-
-    H = torch.eye(4, dtype=dtype, device=device).expand(B, 4, 4).contiguous()
-    q, nu, qd, tau = r(B, n), r(B, 6), r(B, n), r(B, n)
+    H, q, nu, qd, tau = inputs(kd.NDoF, B, dtype, device)
     qg, qdg, taug = (x.clone().requires_grad_(True) for x in (q, qd, tau))
 
     def fwd_bwd():
         a = kd.aba(H, qg, nu, qdg, taug)
         torch.autograd.grad(a.sum(), (qg, qdg, taug))
-
-    def nograd(f):
-        def run():
-            with torch.no_grad():
-                f()
-        return run
 
     return {
         "mass_matrix": nograd(lambda: kd.mass_matrix(H, q)),
