@@ -79,6 +79,30 @@ def test_large_batches_take_the_sweep_by_default(rng):
     close(small, a[:B - 1].numpy(), rtol=1e-10)
 
 
+def test_large_batches_with_gradients_take_the_sweep_by_default(rng):
+    """iCub at the threshold with gradients: the sweep with its implicit backward, and
+    each configuration's directional derivative (joint positions, velocities, torques
+    and base velocity at once) matches central differences."""
+    from conftest import SEED_JOINTS, icub_path
+
+    kd = torchrbd.KinDynComputations(str(icub_path()), SEED_JOINTS)
+    B, n = articulated.FROM, kd.NDoF
+    Hs, q, nu, qd = (t(x) for x in sample(type("R", (), {"n": n}), rng, B))
+    tau = t(rng.normal(size=(B, n)))
+    x = [q, nu, qd, tau]
+    dx = [t(rng.normal(size=v.shape)) for v in x]
+    w = t(rng.normal(size=(B, 6 + n)))
+    leaves = [v.clone().requires_grad_(True) for v in x]
+    a = kd.aba(Hs, *leaves)
+    assert "_SweepBackward" in _graph_names(a)
+    grads = torch.autograd.grad((a * w).sum(), leaves)
+    analytic = sum((g * d).sum(-1) for g, d in zip(grads, dx))
+    eps = 1e-6
+    plus, minus = (kd.aba(Hs, *(v + s * eps * d for v, d in zip(x, dx))) for s in (1, -1))
+    numeric = (w * (plus - minus)).sum(-1) / (2 * eps)
+    torch.testing.assert_close(analytic, numeric, rtol=1e-5, atol=1e-5 * numeric.abs().max().item())
+
+
 def test_sweep_on_random_trees(sweeps):
     """Prismatic, continuous and fixed joints, links declared in random order, in every
     representation; among the trees, levels that are not runs of consecutive bodies
@@ -169,9 +193,16 @@ def test_float32_sweep_within_the_documented_bound(sweeps):
     assert sweeps == [32] * 10
 
 
-def test_parameters_that_require_grad_take_the_crba_path(sweeps):
-    """A mass (set_inertial_parameters) or an armature that requires grad: the CRBA path,
-    whose gradients flow to them (the sweep updates its blocks in place)."""
+def test_gradients_in_the_parameters_on_the_sweep(sweeps):
+    """A mass (set_inertial_parameters), an armature or the gravity that requires grad,
+    with the joint positions: the sweep with its implicit backward
+    (``forward_dynamics._Sweep``; the in-place sweep is only for calls without
+    gradients), the same accelerations as without them, and gradients that match
+    finite differences (MuJoCo's walker, which has armatures). (Gravity alone keeps the
+    in-place sweep: of a free-floating robot it only moves the base's acceleration, the
+    one term added after the sweep.)"""
+    from torch.autograd import gradcheck
+
     walker = Twin(WALKER)
     rng = np.random.default_rng(9)
     states = [walker.random_state(rng) for _ in range(2)]
@@ -180,18 +211,41 @@ def test_parameters_that_require_grad_take_the_crba_path(sweeps):
     nu, qd, tau = (t(rng.normal(size=(2, k))) for k in (6, walker.n, walker.n))
     expected = walker.kd.aba(H, q, nu, qd, tau)
     assert sweeps == [2]
+    model = walker.kd.model
 
-    mass = walker.kd.get_inertial_parameters()["mass"].clone().requires_grad_(True)
-    kd = torchrbd.KinDynComputations(walker.kd.model)
-    kd.set_inertial_parameters(mass=mass)
-    a = kd.aba(H, q, nu, qd, tau)
-    (grad,) = torch.autograd.grad(a.square().sum(), mass)
-    assert sweeps == [2] and grad.abs().max() > 0
-    close(a.detach(), expected.numpy(), rtol=1e-10)
+    def with_mass(mass):
+        kd = torchrbd.KinDynComputations(model)
+        kd.set_inertial_parameters(mass=mass)
+        return kd
 
-    armature = walker.kd.model.armature.clone().requires_grad_(True)
-    kd = torchrbd.KinDynComputations(walker.kd.model.replace(armature=armature))
-    a = kd.aba(H, q, nu, qd, tau)
-    (grad,) = torch.autograd.grad(a.square().sum(), armature)
-    assert sweeps == [2] and grad.abs().max() > 0
-    close(a.detach(), expected.numpy(), rtol=1e-10)
+    def with_gravity(gravity):
+        kd = torchrbd.KinDynComputations(model)
+        kd.gravity = gravity
+        return kd
+
+    makers = {
+        "mass": (with_mass, walker.kd.get_inertial_parameters()["mass"]),
+        "armature": (lambda a: torchrbd.KinDynComputations(model.replace(armature=a)), model.armature),
+        "gravity": (with_gravity, model.gravity),
+    }
+    for name, (make, value) in makers.items():  # with the joint positions: gravity alone has the in-place sweep
+        value, qg = value.detach().clone().requires_grad_(True), q.clone().requires_grad_(True)
+        a = make(value).aba(H, qg, nu, qd, tau)
+        assert "_SweepBackward" in _graph_names(a), name
+        close(a.detach(), expected.numpy(), rtol=1e-10)
+        scale = a.abs().max().item()
+        assert gradcheck(lambda v, q: make(v).aba(H, q, nu, qd, tau) / scale, (value, qg), eps=1e-6, atol=1e-6,
+                         rtol=1e-5), name
+    assert sweeps == [2]
+
+
+def _graph_names(t: torch.Tensor) -> set:
+    names, stack, seen = set(), [t.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        names.add(type(node).__name__)
+        stack.extend(f for f, _ in node.next_functions)
+    return names

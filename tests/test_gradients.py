@@ -154,6 +154,32 @@ def state(n, seed=0, dtype=torch.float64):
 @pytest.mark.parametrize("name", list(FUNCTIONS))
 def test_gradcheck_state(kd, name, rep):
     """d(output)/d(every state input), base pose included."""
+    _gradcheck_state(kd, name, rep)
+
+
+@pytest.fixture
+def sweep_with_gradients(monkeypatch):
+    """aba through the articulated-body sweep with its implicit backward
+    (``forward_dynamics._Sweep``) at every batch size, not only from
+    ``articulated.FROM`` configurations on."""
+    from torchrbd.algorithms import articulated
+
+    monkeypatch.setattr(articulated, "FROM", 1)
+
+
+@pytest.mark.parametrize("rep", REPS, ids=REP_IDS)
+def test_gradcheck_aba_on_the_sweep(kd, rep, sweep_with_gradients):
+    """:func:`test_gradcheck_state` for aba on the articulated-body sweep, whose backward
+    is the RNEA's adjoint at the computed accelerations after one more solve with the
+    sweep's articulated inertias; its graph holds that Function and no CRBA solve."""
+    x = state(kd.NDoF)
+    H = pose(_rot(np.random.default_rng(5)), x["r"], x["p"])
+    names = _graph_names(kd.aba(H, x["q"].requires_grad_(), x["nu"], x["qd"], x["tau"]))
+    assert "_SweepBackward" in names and "_CRBASolveBackward" not in names, names
+    _gradcheck_state(kd, "aba", rep)
+
+
+def _gradcheck_state(kd, name, rep):
     kd.set_frame_velocity_representation(rep)
     args, call = FUNCTIONS[name]
     R0 = _rot(np.random.default_rng(5))
@@ -179,6 +205,16 @@ def test_gradcheck_state(kd, name, rep):
 @pytest.mark.parametrize("name", DYNAMIC)
 def test_gradcheck_inertial_parameters(name, rep):
     """d(output)/d(mass, com, inertia) through set_inertial_parameters."""
+    _gradcheck_inertial_parameters(name, rep)
+
+
+@pytest.mark.parametrize("rep", REPS, ids=REP_IDS)
+def test_gradcheck_aba_inertial_parameters_on_the_sweep(rep, sweep_with_gradients):
+    """:func:`test_gradcheck_inertial_parameters` for aba on the articulated-body sweep."""
+    _gradcheck_inertial_parameters("aba", rep)
+
+
+def _gradcheck_inertial_parameters(name, rep):
     kd = torchrbd.KinDynComputations(URDF)
     kd.set_frame_velocity_representation(rep)
     args, call = FUNCTIONS[name]
@@ -356,6 +392,32 @@ def test_aba_backward_works_on_the_crba_pieces_to_second_order(kd):
     names = _graph_names(f(*inputs))
     assert "_CRBASolveBackward" in names and not any("Gather" in n for n in names), names
     assert gradcheck(f, inputs, eps=1e-6, atol=1e-6, rtol=1e-5)
+    assert torch.autograd.gradgradcheck(f, inputs, eps=1e-6, atol=1e-5, rtol=1e-4, fast_mode=True)
+
+
+def test_aba_on_the_sweep_to_second_order(kd, sweep_with_gradients):
+    """aba on the articulated-body sweep, with gradients: first and second derivatives
+    w.r.t. the joint positions, velocities and torques and the base velocity match
+    finite differences. The implicit rule behind the first derivatives holds the
+    accelerations constant; a second derivative recomputes them by the CRBA path inside
+    the graph (``create_graph``)."""
+    kd.set_frame_velocity_representation(MIXED)
+    x = state(kd.NDoF, seed=3)
+    H = pose(_rot(np.random.default_rng(9)), x["r"], x["p"]).expand(2, 4, 4)
+    inputs = tuple(torch.stack([x[k], 0.5 * x[k]]).requires_grad_() for k in ("q", "nu", "qd", "tau"))
+    scale = kd.aba(H, *inputs).abs().max().item()
+
+    def f(q, nu, qd, tau):
+        return kd.aba(H, q, nu, qd, tau) / scale
+
+    out = f(*inputs)
+    assert "_SweepBackward" in _graph_names(out)
+    assert gradcheck(f, inputs, eps=1e-6, atol=1e-6, rtol=1e-5)
+    # the first derivatives that the second ones differentiate: those of the implicit rule
+    v = torch.randn(out.shape, generator=torch.Generator().manual_seed(4), dtype=out.dtype)
+    for plain, graphed in zip(torch.autograd.grad(out, inputs, v, retain_graph=True),
+                              torch.autograd.grad(out, inputs, v, create_graph=True)):
+        torch.testing.assert_close(graphed, plain, rtol=1e-9, atol=1e-12)
     assert torch.autograd.gradgradcheck(f, inputs, eps=1e-6, atol=1e-5, rtol=1e-4, fast_mode=True)
 
 

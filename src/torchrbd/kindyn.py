@@ -19,8 +19,7 @@ from .algorithms.representation import Representations
 from .errors import InputError, ModelError
 from .model import Model, load_urdf
 from .algorithms.batchlast import batch_last_grad, to_batch_first
-from .algorithms.solve import spd_solve
-from .algorithms import articulated, crba_solve, tree_cholesky
+from .algorithms import forward_dynamics
 from .spatial import homogeneous
 
 _SPECS = {
@@ -575,8 +574,8 @@ class KinDynComputations:
     ) -> torch.Tensor:
         """(..., 6+n) ``[base acceleration; joint accelerations]`` of the free-floating
         robot: solves ``M a + h = [0; tau] + sum J^T w``: the articulated-body algorithm
-        for large batches without gradients (:mod:`~torchrbd.algorithms.articulated`), else
-        the CRBA and a batched Cholesky solve."""
+        for large batches (with gradients, an implicit backward), else the CRBA and a
+        batched Cholesky solve (:mod:`~torchrbd.algorithms.forward_dynamics`)."""
         model, bs, a, kin, R, p = self._velocity_inputs(
             base_transform, joint_positions, base_velocity, joint_velocities, joint_torques=joint_torques,
         )
@@ -595,35 +594,13 @@ class KinDynComputations:
             if rep != rep_.MIXED:  # (MIXED: the base forces are already internal)
                 f = torch.cat([rep_.forces_to_internal(rep, f[:6], R, p), f[6:]], 0)
         try:
-            if articulated.applies(model, kin, inertia, V0, qd, f):
-                acc = articulated.articulated_body(model, kin, inertia, V0, qd, f, g)
-            else:
-                Mbb, F, S = alg.mass_matrix_top(model, kin, inertia)
-                h = alg.rnea_mixed(model, kin, inertia, V0, -g, qd, None)
-                acc = self._solve_mass_matrix(model, Mbb, F, S, f - h)
+            acc = forward_dynamics.accelerations(model, kin, inertia, V0, qd, f, g)
         except torch.linalg.LinAlgError:
             raise ModelError(
                 f"{model.name}: the mass matrix is not positive definite at this configuration "
                 "(a movable joint that moves no mass or inertia?)"
             ) from None
         return self._out(rep_.acceleration_from_internal(rep, acc, R, p, nu), bs)
-
-    @staticmethod
-    def _solve_mass_matrix(model, Mbb, F, S, rhs):
-        """``M^-1 rhs`` (6+n, B) in the internal coordinates from the CRBA's pieces,
-        batch-last. Where :func:`~torchrbd.algorithms.tree_cholesky.pays_off` says so
-        (large CPU batches: float32, or float64 on one thread; compiled, from
-        ``COMPILED_FROM`` configurations on in either dtype): the tree-sparse
-        factorisation, with no dense M. Otherwise LAPACK's Cholesky of the assembled M."""
-        compiling = torch.compiler.is_compiling()
-        if not tree_cholesky.pays_off(rhs.shape[-1], rhs.dtype, rhs.device, compiled=compiling):
-            pieces = (Mbb, F, S, rhs)
-            if crba_solve.applies(model, *pieces):
-                return crba_solve.crba_solve(model, *pieces)  # a backward without the dense gradient of M
-            M = alg.assemble(model, Mbb, F, S)
-            return spd_solve(M, to_batch_first(rhs).unsqueeze(-1)).squeeze(-1).transpose(0, 1)
-        plan = tree_cholesky.tree_plan(model)
-        return tree_cholesky.tree_solve(plan, tree_cholesky.packed_inertia(model, plan, F, S, Mbb), rhs, check=True)
 
 
 KinDynComputationsBatch = KinDynComputations

@@ -27,13 +27,15 @@ rank-one update ``[IA_i | pA_i] - (U_i / D_i) [U_i^T, S_i . pA_i]`` leaves
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from ..model.model import Model
 from .batchlast import plain
 from .inertia import SpatialInertia, _skew_bl
 from .kinematics import Kinematics, per_body
-from .rnea import body_velocities, force_cross, motion_cross
+from .rnea import velocity_terms
 from .topology import model_cached, topology
 
 
@@ -93,11 +95,13 @@ def _blocks(inertia: SpatialInertia, bias: torch.Tensor) -> torch.Tensor:
 
 def _solve_base(block: torch.Tensor, f0: torch.Tensor) -> torch.Tensor:
     """``IA_0^-1 (f_0 - pA_0)`` (6, B) from the base's block ``[IA_0 | pA_0]`` (6, 7, B)
-    (overwritten) by Gaussian elimination over the batch: about forty operators on
-    rows of length B instead of LAPACK's Cholesky and solve, one matrix at a time
-    (0.38 against 0.52 ms for 1024 matrices; aba 0.90-0.95x the time). ``IA_0`` is
-    symmetric positive definite, so no pivoting is needed; a pivot that is not positive (or NaN: a joint that moves no inertia has D = U = 0,
-    whose NaNs reach IA_0) means M is not positive definite, raised as for M."""
+    (overwritten: its first six columns are left as the factor that
+    :func:`_solve_base_again` reuses) by Gaussian elimination over the batch: about
+    forty operators on rows of length B instead of LAPACK's Cholesky and solve, one
+    matrix at a time (0.38 against 0.52 ms for 1024 matrices; aba 0.90-0.95x the time).
+    ``IA_0`` is symmetric positive definite, so no pivoting is needed; a pivot that is
+    not positive (or NaN: a joint that moves no inertia has D = U = 0, whose NaNs reach
+    IA_0) means M is not positive definite, raised as for M."""
     block[:, 6].neg_().add_(f0)
     for j in range(5):
         below = block[j + 1:, j] / block[j, j]
@@ -105,11 +109,26 @@ def _solve_base(block: torch.Tensor, f0: torch.Tensor) -> torch.Tensor:
     pivots = block.diagonal(0, 0, 1)
     if not bool(pivots.gt(0).all()):
         raise torch.linalg.LinAlgError("the base's articulated inertia is not positive definite")
+    return _back_substitute(block, block[:, 6])
+
+
+def _back_substitute(block: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
+    """(6, B) solution of the upper triangle of the eliminated ``block`` (6, 6+, B) for
+    the eliminated right-hand side ``rhs`` (6, B)."""
     x = [None] * 6
     for j in range(5, -1, -1):
-        rhs = block[j, 6] if j == 5 else block[j, 6] - (block[j, j + 1:6] * torch.stack(x[j + 1:])).sum(0)
-        x[j] = rhs / block[j, j]
+        r = rhs[j] if j == 5 else rhs[j] - (block[j, j + 1:6] * torch.stack(x[j + 1:])).sum(0)
+        x[j] = r / block[j, j]
     return torch.stack(x)
+
+
+def _solve_base_again(block: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
+    """``IA_0^-1 rhs`` (6, B) with the block that :func:`_solve_base` eliminated: the
+    multipliers of each step are still below its pivot, ``block[i, j] / block[j, j]``."""
+    rhs = rhs.clone()
+    for j in range(5):
+        rhs[j + 1:].addcmul_(block[j + 1:, j] / block[j, j], rhs[j][None], value=-1)
+    return _back_substitute(block, rhs)
 
 
 def articulated_body(
@@ -120,20 +139,42 @@ def articulated_body(
     about O (world axes), for generalized forces ``force = [f_0; tau]`` (6+n, B) in the same
     coordinates (external wrenches already mapped in).
 
-    ``kin``: whole-tree kinematics (:func:`~.kinematics.forward`); ``inertia``: the
-    bodies' world inertias (:func:`~.inertia.world_inertias`); ``V0`` (6, B) the base
-    twist about O; ``qd`` (n, B); ``gravity`` (6, B) ``[g; 0]``. Every body but the
-    base has one coordinate (as :func:`~torchrbd.model.builder.build_model` makes them:
-    a MuJoCo body with several joints becomes a chain of bodies)."""
+    ``kin``: whole-tree kinematics (:func:`~.kinematics.forward`; only ``kin.S`` is read);
+    ``inertia``: the bodies' world inertias (:func:`~.inertia.world_inertias`); ``V0``
+    (6, B) the base twist about O; ``qd`` (n, B); ``gravity`` (6, B) ``[g; 0]``. Every
+    body but the base has one coordinate (as :func:`~torchrbd.model.builder.build_model`
+    makes them: a MuJoCo body with several joints becomes a chain of bodies)."""
+    return sweep(model, kin, inertia, V0, qd, force, gravity)[0]
+
+
+@dataclass
+class Factor:
+    """What one sweep leaves for solving ``M x = y`` again (:func:`solve_again`), M the
+    joint-space inertia in the sweep's coordinates: per level, deepest first, ``Ud``
+    (k, 6, B) the ``U_i / D_i`` and ``D`` (k, B); ``base`` (6, 6, B) the base's eliminated
+    block (see :func:`_solve_base`). The articulated inertias depend on the configuration
+    only, so a new right-hand side needs no velocity terms and no rank-one updates."""
+
+    Ud: list
+    D: list
+    base: torch.Tensor
+
+
+def sweep(
+    model: Model, kin: Kinematics, inertia: SpatialInertia, V0: torch.Tensor, qd: torch.Tensor,
+    force: torch.Tensor, gravity: torch.Tensor,
+) -> tuple[torch.Tensor, Factor, tuple]:
+    """:func:`articulated_body`'s accelerations (6+n, B), its :class:`Factor` and the
+    RNEA's :func:`~.rnea.velocity_terms` it used."""
     plan, dof_pos = _level_plan(model)
-    V, Sqd = body_velocities(model, kin, V0, qd)
-    c = motion_cross(V, Sqd)
-    blocks = _blocks(inertia, force_cross(V, inertia.apply(V)))
+    terms = velocity_terms(model, kin, inertia, V0, qd)
+    c = terms[2]
+    blocks = _blocks(inertia, terms[4])
     f0, tau = force.split_with_sizes([6, model.n])
     tau = per_body(model, tau)
     armature = per_body(model, model.armature[:, None]) if model.has_armature else None
 
-    saved = []
+    factor, uDs = Factor([], [], None), []
     for rows, (kind, target), _ in reversed(plan):
         A, S = blocks[rows], kin.S[rows]
         w = (A * S[:, :, None]).sum(1)  # [U; S . pA] (k, 7, B)
@@ -146,30 +187,69 @@ def articulated_body(
         pa = A.select(2, 6).addcmul_(Ud, tau[rows][:, None])  # in place: A's last column becomes pa
         for j, x in enumerate(c[rows].unbind(1)):
             pa.addcmul_(A.select(2, j), x[:, None])
-        saved.append((Ud, (tau[rows] - SpA[:, 0]) / D))
-        if kind == "same":
-            blocks[target].add_(A)
-        elif kind == "one":
-            blocks[target].add_(A.sum(0, keepdim=True))
-        else:
-            blocks.index_add_(0, target, A)
+        factor.Ud.append(Ud)
+        factor.D.append(D)
+        uDs.append((tau[rows] - SpA[:, 0]) / D)
+        _add_to_parents(blocks, kind, target, A)
 
     a = _solve_base(blocks[0], f0)[None]
+    factor.base = blocks[0, :, :6].clone()  # (not a view: the blocks can go)
     base = a[0] + gravity
+    qdd = _forward_sweep(plan, kin.S, a, c, factor.Ud, uDs)
+    return torch.cat([base, qdd if dof_pos is None else qdd[dof_pos]]), factor, terms
+
+
+def _add_to_parents(buffer: torch.Tensor, kind: str, target, x: torch.Tensor) -> None:
+    """Add one level's results ``x`` into their parents' rows of ``buffer`` (see
+    :func:`_level_plan`)."""
+    if kind == "same":
+        buffer[target].add_(x)
+    elif kind == "one":
+        buffer[target].add_(x.sum(0, keepdim=True))
+    else:
+        buffer.index_add_(0, target, x)
+
+
+def _forward_sweep(plan, S, a, c, Ud, uD) -> torch.Tensor:
+    """Root to leaves: ``a_i = a_parent (+ c_i)``, ``qdd_i = u_i / D_i - Ud_i . a_i``,
+    ``a_i += S_i qdd_i``; (n, B) the ``qdd`` in the levels' order. ``a`` (1, 6, B) the
+    base's acceleration (relative to free fall), ``c`` None when there are no velocity
+    terms; ``Ud``, ``uD`` per level, deepest first."""
     qdd = []
-    for (rows, _, parent), (Ud, uD) in zip(plan, reversed(saved)):
-        a = a[parent] + c[rows]
-        x = uD - (Ud * a).sum(1)
-        a = a.addcmul_(kin.S[rows], x[:, None])
+    for (rows, _, parent), Ud_k, uD_k in zip(plan, reversed(Ud), reversed(uD)):
+        a = a[parent] if c is None else a[parent] + c[rows]
+        x = uD_k - (Ud_k * a).sum(1)
+        a = a.addcmul(S[rows], x[:, None]) if c is None else a.addcmul_(S[rows], x[:, None])
         qdd.append(x)
-    qdd = torch.cat(qdd)
-    return torch.cat([base, qdd if dof_pos is None else qdd[dof_pos]])
+    return torch.cat(qdd)
+
+
+def solve_again(model: Model, S: torch.Tensor, factor: Factor, y: torch.Tensor) -> torch.Tensor:
+    """``M^-1 y`` (6+n, B) for ``y`` (6+n, B), with the :class:`Factor` of a sweep at the
+    same configuration (``S`` (nb, 6, B) its bodies' motion subspaces): the sweep again
+    with zero velocities and gravity, whose articulated inertias are the factor's.
+    Backward, leaves to root: ``u_i = y_i - S_i . pA_i``, ``pA_parent += pA_i + Ud_i u_i``;
+    the base: ``a_0 = IA_0^-1 (y_0 - pA_0)``; forward as in the sweep."""
+    plan, dof_pos = _level_plan(model)
+    y0, yj = y.split_with_sizes([6, model.n])
+    yj = per_body(model, yj)
+    pA = y.new_zeros(model.nbody, 6, y.shape[-1])
+    uDs = []
+    for (rows, (kind, target), _), Ud, D in zip(reversed(plan), factor.Ud, factor.D):
+        p = pA[rows]
+        u = yj[rows] - (S[rows] * p).sum(1)
+        uDs.append(u / D)
+        _add_to_parents(pA, kind, target, p.addcmul(Ud, u[:, None]))
+    a = _solve_base_again(factor.base, y0 - pA[0])[None]
+    qdd = _forward_sweep(plan, S, a, None, factor.Ud, uDs)
+    return torch.cat([a[0], qdd if dof_pos is None else qdd[dof_pos]])
 
 
 def applies(model: Model, kin: Kinematics, inertia: SpatialInertia, *tensors) -> bool:
-    """Whether ``aba`` takes this sweep instead of the CRBA and a Cholesky solve: eager,
-    no gradient wanted from any input, pose or inertial parameter (the CRBA path has
-    hand-written backwards; the sweep updates its blocks in place), plain tensors (not
+    """Whether ``aba`` runs this sweep as it is, instead of the CRBA and a Cholesky solve:
+    eager, no gradient wanted from any input, pose or inertial parameter (the sweep
+    updates its blocks in place; with gradients, :mod:`.forward_dynamics` runs it with
+    an implicit backward, from the same batch size on), plain tensors (not
     in a ``torch.func`` transform; forward-mode tangents of ``torch.autograd.forward_ad``
     pass through its in-place updates), and a batch of at least :data:`FROM`
     configurations."""

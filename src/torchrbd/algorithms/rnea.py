@@ -82,26 +82,47 @@ def rnea_mixed(model, kin: Kinematics, inertia: SpatialInertia, V0, A0, qd, qdd,
     return _forward_sweeps(model, *inputs)[0]
 
 
-def _forward_sweeps(model, S, S_dof, m, h, J, V0, A0, qd, qdd, body_wrenches):
+def _forward_sweeps(model, S, S_dof, m, h, J, V0, A0, qd, qdd, body_wrenches, velocity=None):
     """``[F_base; tau]`` (6+n, B) and what the backward needs: the bodies' joint
     twists ``Sqd``, twists ``V``, accelerations ``A``, momenta ``I V`` (nb, 6, B) and
-    the coordinates' subtree wrenches ``F`` (n, 6, B)."""
+    the coordinates' subtree wrenches ``F`` (n, 6, B). ``velocity``: the
+    :func:`velocity_terms` of these inputs when they are already known; ``S_dof``
+    None: the terms alone (no generalized forces)."""
     topo = topology(model)
-    anc = topo.ancestor
     inertia = SpatialInertia(m, h, J)
-    V, Sqd = _twists(model, S, V0, qd)
-    dA = motion_cross(V, Sqd)
+    V, Sqd, dA, IV, VxIV = velocity or _velocity_terms(model, S, inertia, V0, qd)
     if qdd is not None:
         dA = torch.addcmul(dA, S, per_body(model, qdd)[:, None])
-    A = mask_sum(anc, dA, add=A0)
-    IV = inertia.apply(V)
-    f = inertia.apply(A) + force_cross(V, IV)
+    A = mask_sum(topo.ancestor, dA, add=A0)
+    f = inertia.apply(A) + VxIV
     if body_wrenches is not None:
         f = f - body_wrenches
     F = mask_sum(topo.subtrees, f)  # the total wrench, then one per coordinate's subtree
     F0, F = F.split_with_sizes([1, model.n])
+    if S_dof is None:
+        return None, (Sqd, V, A, IV, F)
     tau = (S_dof * F).sum(1)
     return torch.cat([F0[0], tau], 0), (Sqd, V, A, IV, F)
+
+
+def velocity_terms(model, kin: Kinematics, inertia: SpatialInertia, V0, qd):
+    """The terms of the RNEA that depend on positions and velocities only (nb, 6, B):
+    the twists ``V``, the joint twists ``Sqd``, ``V x Sqd`` (the acceleration each joint
+    adds at zero ``qdd``), the momenta ``I V`` and ``V x* I V``."""
+    return _velocity_terms(model, kin.S, inertia, V0, qd)
+
+
+def _velocity_terms(model, S, inertia: SpatialInertia, V0, qd):
+    V, Sqd = _twists(model, S, V0, qd)
+    IV = inertia.apply(V)
+    return V, Sqd, motion_cross(V, Sqd), IV, force_cross(V, IV)
+
+
+def rnea_terms(model, S, m, h, J, V0, A0, qd, qdd, velocity):
+    """What :func:`rnea_adjoint` needs of the RNEA at these inputs (``S`` (nb, 6, B) the
+    bodies' motion subspaces, the others as for :func:`rnea_mixed`), given their
+    :func:`velocity_terms` ``velocity``: the forward sweeps but the last product."""
+    return _forward_sweeps(model, S, None, m, h, J, V0, A0, qd, qdd, None, velocity)[1]
 
 
 class _RNEA(torch.autograd.Function):
@@ -136,44 +157,57 @@ class _RNEA(torch.autograd.Function):
         S, S_dof, m, h, J, V0, A0, qd, qdd, wrenches, *terms = ctx.saved_tensors
         if torch.is_grad_enabled():  # double backward: the sweeps' values as functions of the inputs
             terms = _forward_sweeps(model, S, S_dof, m, h, J, V0, A0, qd, qdd, wrenches)[1]
-        Sqd, V, A, IV, F = terms
-        topo = topology(model)
-        transposed = SpatialInertia(m, h, J.transpose(1, 2))  # I^T (I as given: exact for any J)
-        g0, gj = g.split_with_sizes([6, model.n])
-        fbar = mask_sum(topo.subtrees[1:].t(), gj[:, None] * S_dof, add=g0)  # (row 0 of subtrees: all ones)
-        u = motion_cross(V, fbar)
-        Abar = transposed.apply(fbar)
-        minus_Vbar = force_cross(fbar, IV) + transposed.apply(u)
-        dAbar = mask_sum(topo.ancestor.t(), Abar)
-        Vbar = force_cross(Sqd, dAbar) - minus_Vbar
-        Sqdbar = mask_sum(topo.ancestor.t(), Vbar, add=force_cross(V, dAbar), beta=-1)
-        qd_b = per_body(model, qd)
-        grads = dict.fromkeys(("S", "S_dof", "m", "h", "J", "V0", "A0", "qd", "qdd", "w"))
-        need = dict(zip(grads, ctx.needs_input_grad[1:]))
-        if need["S"]:
-            grads["S"] = Sqdbar * qd_b[:, None]
-            if qdd is not None:
-                grads["S"] = torch.addcmul(grads["S"], dAbar, per_body(model, qdd)[:, None])
-        if need["S_dof"]:
-            grads["S_dof"] = gj[:, None] * F
-        if need["m"] or need["h"] or need["J"]:  # <fbar, I A> - <u, I V> as a function of (m, h, J)
-            (fl, fa), (ul, ua), (Al, Aa), (Vl, Va) = (halves(x) for x in (fbar, u, A, V))
-            if need["m"]:
-                grads["m"] = ((fl * Al).sum(1) - (ul * Vl).sum(1)).sum_to_size(m.shape)
-            if need["h"]:
-                grads["h"] = cross_sum((Al, fa), (fl, Aa), (ua, Vl), (Va, ul)).sum_to_size(h.shape)
-            if need["J"]:  # fa Aa^T - ua Va^T
-                grads["J"] = (fa[:, :, None] * Aa[:, None]).addcmul_(ua[:, :, None], Va[:, None], value=-1)
-                grads["J"] = grads["J"].sum_to_size(J.shape)
-        if need["V0"]:
-            grads["V0"] = Vbar.sum(0).sum_to_size(V0.shape)
-        if need["A0"]:
-            grads["A0"] = Abar.sum(0).sum_to_size(A0.shape)
-        body_of_dof = topo.body_of_dof
-        if need["qd"]:
-            grads["qd"] = (Sqdbar * S).sum(1).index_select(0, body_of_dof)
-        if need["qdd"]:
-            grads["qdd"] = (dAbar * S).sum(1).index_select(0, body_of_dof)
-        if need["w"]:
-            grads["w"] = -fbar
-        return None, *grads.values()
+        names = ("S", "S_dof", "m", "h", "J", "V0", "A0", "qd", "qdd", "w")
+        need = {name for name, wanted in zip(names, ctx.needs_input_grad[1:]) if wanted}
+        grads = rnea_adjoint(model, S, S_dof, m, h, J, V0, A0, qd, qdd, terms, g, need)
+        return None, *(grads.get(name) for name in names)
+
+
+def rnea_adjoint(model, S, S_dof, m, h, J, V0, A0, qd, qdd, terms, g, need) -> dict:
+    """The vector-Jacobian product of :func:`rnea_mixed` for the cotangent ``g``
+    (6+n, B) (the adjoint sweep of :class:`_RNEA`), from the forward's ``terms``
+    (:func:`rnea_terms`): the gradients named in ``need`` among ``S``, ``S_dof``, ``m``,
+    ``h``, ``J``, ``V0``, ``A0``, ``qd``, ``qdd`` and ``w`` (the body wrenches), by name.
+    ``S_dof`` None: gathered from ``S``."""
+    Sqd, V, A, IV, F = terms
+    topo = topology(model)
+    transposed = SpatialInertia(m, h, J.transpose(1, 2))  # I^T (I as given: exact for any J)
+    g0, gj = g.split_with_sizes([6, model.n])
+    if S_dof is None:
+        S_dof = dof_subspaces(model, Kinematics(None, None, S))
+    fbar = mask_sum(topo.subtrees[1:].t(), gj[:, None] * S_dof, add=g0)  # (row 0 of subtrees: all ones)
+    u = motion_cross(V, fbar)
+    Abar = transposed.apply(fbar)
+    minus_Vbar = force_cross(fbar, IV) + transposed.apply(u)
+    dAbar = mask_sum(topo.ancestor.t(), Abar)
+    Vbar = force_cross(Sqd, dAbar) - minus_Vbar
+    Sqdbar = mask_sum(topo.ancestor.t(), Vbar, add=force_cross(V, dAbar), beta=-1)
+    qd_b = per_body(model, qd)
+    grads = {}
+    if "S" in need:
+        grads["S"] = Sqdbar * qd_b[:, None]
+        if qdd is not None:
+            grads["S"] = torch.addcmul(grads["S"], dAbar, per_body(model, qdd)[:, None])
+    if "S_dof" in need:
+        grads["S_dof"] = gj[:, None] * F
+    if need & {"m", "h", "J"}:  # <fbar, I A> - <u, I V> as a function of (m, h, J)
+        (fl, fa), (ul, ua), (Al, Aa), (Vl, Va) = (halves(x) for x in (fbar, u, A, V))
+        if "m" in need:
+            grads["m"] = ((fl * Al).sum(1) - (ul * Vl).sum(1)).sum_to_size(m.shape)
+        if "h" in need:
+            grads["h"] = cross_sum((Al, fa), (fl, Aa), (ua, Vl), (Va, ul)).sum_to_size(h.shape)
+        if "J" in need:  # fa Aa^T - ua Va^T
+            grads["J"] = (fa[:, :, None] * Aa[:, None]).addcmul_(ua[:, :, None], Va[:, None], value=-1)
+            grads["J"] = grads["J"].sum_to_size(J.shape)
+    if "V0" in need:
+        grads["V0"] = Vbar.sum(0).sum_to_size(V0.shape)
+    if "A0" in need:
+        grads["A0"] = Abar.sum(0).sum_to_size(A0.shape)
+    body_of_dof = topo.body_of_dof
+    if "qd" in need:
+        grads["qd"] = (Sqdbar * S).sum(1).index_select(0, body_of_dof)
+    if "qdd" in need:
+        grads["qdd"] = (dAbar * S).sum(1).index_select(0, body_of_dof)
+    if "w" in need:
+        grads["w"] = -fbar
+    return grads
