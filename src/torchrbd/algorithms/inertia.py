@@ -19,7 +19,7 @@ import torch
 
 from ..model.model import Model
 from ..spatial import matvec
-from .batchlast import const_matmul, cross, halves, mask_sum, matmul, mv, pair
+from .batchlast import const_matmul, cross, halves, has_tangent, mask_sum, matmul, mv, pair, plain, with_rules
 from .kinematics import Kinematics
 from .topology import _uncached, topology
 
@@ -125,19 +125,62 @@ def world_inertias(model: Model, kin: Kinematics) -> SpatialInertia:
     (nb, 3, 4, B), or ``[kin.R | kin.p]`` concatenated when it has none.
 
     With the poses as 3x4 rows ``X = [R | p]`` and the bodies' pseudo-inertias ``Phi``
-    (:func:`pseudo_inertias`), ``A = X Phi`` holds the world first moment in its last
-    column and the world second moment is ``Sigma = A X^T``; then ``J = tr(Sigma) 1 -
+    (:func:`pseudo_inertias`), ``P = X Phi`` holds the world first moment in its last
+    column and the world second moment is ``Sigma = P X^T``; then ``J = tr(Sigma) 1 -
     Sigma``. ``X Phi`` has a constant right factor: one batched matrix product
     ``Phi^T (4, 4) @ X[k, i] (4, B)`` over the (body, row) pairs instead of four
     multiply-adds over the batch. ``-Phi`` is used, so that ``-Sigma`` comes out of the
-    product and only J's diagonal needs another pass.
+    product and only J's diagonal needs another pass. With gradients (eager, constant
+    parameters): :class:`_WorldInertias`, whose backward is one product.
     """
     m = body_parameters(model)[0]
     X = torch.cat([kin.R, kin.p[:, :, None]], 2) if kin.X is None else kin.X  # (nb, 3, 4, B)
-    A = const_matmul(X, pseudo_inertias(model).neg())  # -X Phi
+    phi = pseudo_inertias(model)
+    if with_rules(X) and not phi.requires_grad and plain(X) and not has_tangent(X):
+        h, J = _WorldInertias.apply(X, phi)
+    else:
+        h, J = _world_moments(X, phi)
+    return SpatialInertia(m[:, None], h, J)
+
+
+def _world_moments(X: torch.Tensor, phi: torch.Tensor):
+    """(nb, 3, B) first moments ``h`` and (nb, 3, 3, B) rotational inertias ``J`` about
+    O of the poses ``X`` (nb, 3, 4, B) (see :func:`world_inertias`)."""
+    A = const_matmul(X, phi.neg())  # -X Phi
     J = matmul(A, X.transpose(1, 2))  # -Sigma (nb, 3, 3, B)
     J.diagonal(0, 1, 2).sub_(J.diagonal(0, 1, 2).sum(-1, keepdim=True))  # + tr(Sigma) 1
-    return SpatialInertia(m[:, None], -A[:, :, 3], J)
+    return -A[:, :, 3], J
+
+
+class _WorldInertias(torch.autograd.Function):
+    """:func:`_world_moments` with a backward of one product: with ``P = X Phi``,
+    ``h = P e_4`` and ``J = tr(Sigma) 1 - Sigma``, ``Sigma = P X^T`` (Phi symmetric),
+
+        Xbar = W P + hbar Phi_4^T,   W = 2 tr(Jbar) 1 - (Jbar + Jbar^T)
+
+    (``Phi_4`` Phi's last column), where autograd would run the backward of both
+    products and of the diagonal's update. Differentiable again through the public
+    products (second derivatives)."""
+
+    @staticmethod
+    def forward(ctx, X, phi):
+        h, J = _world_moments(X, phi)
+        ctx.save_for_backward(X, phi)
+        return h, J
+
+    @staticmethod
+    def backward(ctx, hbar, Jbar):
+        X, phi = ctx.saved_tensors
+        P = const_matmul(X, phi)  # (nb, 3, 4, B)
+        Xbar = None
+        if Jbar is not None:
+            W = -(Jbar + Jbar.transpose(1, 2))
+            W.diagonal(0, 1, 2).sub_(W.diagonal(0, 1, 2).sum(-1, keepdim=True))  # 2 tr(Jbar) 1 - (Jbar + Jbar^T)
+            Xbar = matmul(W, P)
+        if hbar is not None:
+            outer = hbar[:, :, None] * phi[:, None, :, 3, None]  # hbar Phi_4^T (nb, 3, 4, B)
+            Xbar = outer if Xbar is None else Xbar + outer
+        return Xbar, None
 
 
 def center_of_mass(model: Model, R: torch.Tensor, p: torch.Tensor):
