@@ -96,3 +96,16 @@ def load_example(name: str) -> dict:
     import runpy
 
     return runpy.run_path(str(EXAMPLES / f"{name}.py"), run_name=name)
+
+
+def graph_names(t) -> set:
+    """Names of the autograd nodes behind the tensor ``t``."""
+    names, stack, seen = set(), [t.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        names.add(type(node).__name__)
+        stack.extend(f for f, _ in node.next_functions)
+    return names

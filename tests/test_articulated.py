@@ -13,7 +13,7 @@ from torchrbd.algorithms import articulated
 from pin_reference import REPRESENTATIONS, PinRobot
 from random_trees import random_state, tree_from_rng
 from test_kinematics import close, sample
-from conftest import MASSLESS_JOINT_URDF
+from conftest import MASSLESS_JOINT_URDF, graph_names
 from test_mujoco_dynamics import WALKER, Twin
 
 t = torch.tensor
@@ -94,7 +94,7 @@ def test_large_batches_with_gradients_take_the_sweep_by_default(rng):
     w = t(rng.normal(size=(B, 6 + n)))
     leaves = [v.clone().requires_grad_(True) for v in x]
     a = kd.aba(Hs, *leaves)
-    assert "_SweepBackward" in _graph_names(a)
+    assert "_SweepBackward" in graph_names(a)
     grads = torch.autograd.grad((a * w).sum(), leaves)
     analytic = sum((g * d).sum(-1) for g, d in zip(grads, dx))
     eps = 1e-6
@@ -231,21 +231,10 @@ def test_gradients_in_the_parameters_on_the_sweep(sweeps):
     for name, (make, value) in makers.items():  # with the joint positions: gravity alone has the in-place sweep
         value, qg = value.detach().clone().requires_grad_(True), q.clone().requires_grad_(True)
         a = make(value).aba(H, qg, nu, qd, tau)
-        assert "_SweepBackward" in _graph_names(a), name
+        assert "_SweepBackward" in graph_names(a), name
         close(a.detach(), expected.numpy(), rtol=1e-10)
         scale = a.abs().max().item()
         assert gradcheck(lambda v, q: make(v).aba(H, q, nu, qd, tau) / scale, (value, qg), eps=1e-6, atol=1e-6,
                          rtol=1e-5), name
     assert sweeps == [2]
 
-
-def _graph_names(t: torch.Tensor) -> set:
-    names, stack, seen = set(), [t.grad_fn], set()
-    while stack:
-        node = stack.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        names.add(type(node).__name__)
-        stack.extend(f for f, _ in node.next_functions)
-    return names

@@ -17,7 +17,7 @@ import torch
 from torch.autograd import gradcheck
 
 import torchrbd
-from conftest import SEED_JOINTS, icub_path
+from conftest import SEED_JOINTS, graph_names, icub_path
 
 REPS = list(torchrbd.Representations)
 REP_IDS = [r.name for r in REPS]
@@ -174,7 +174,7 @@ def test_gradcheck_aba_on_the_sweep(kd, rep, sweep_with_gradients):
     sweep's articulated inertias; its graph holds that Function and no CRBA solve."""
     x = state(kd.NDoF)
     H = pose(_rot(np.random.default_rng(5)), x["r"], x["p"])
-    names = _graph_names(kd.aba(H, x["q"].requires_grad_(), x["nu"], x["qd"], x["tau"]))
+    names = graph_names(kd.aba(H, x["q"].requires_grad_(), x["nu"], x["qd"], x["tau"]))
     assert "_SweepBackward" in names and "_CRBASolveBackward" not in names, names
     _gradcheck_state(kd, "aba", rep)
 
@@ -360,19 +360,6 @@ def test_spd_solve_gradients_to_second_order():
     assert torch.autograd.gradgradcheck(f, (A, b))
 
 
-def _graph_names(t: torch.Tensor) -> set:
-    """Names of the autograd nodes behind ``t``."""
-    names, stack, seen = set(), [t.grad_fn], set()
-    while stack:
-        node = stack.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        names.add(type(node).__name__)
-        stack.extend(f for f, _ in node.next_functions)
-    return names
-
-
 def test_aba_backward_works_on_the_crba_pieces_to_second_order(kd):
     """With gradients, aba's dense path solves through ``crba_solve``, whose backward
     maps the gradient straight to the CRBA's pieces with masked sums (no (B, N, N)
@@ -389,7 +376,7 @@ def test_aba_backward_works_on_the_crba_pieces_to_second_order(kd):
     def f(q, qd, tau):
         return kd.aba(H, q, nu, qd, tau) / scale
 
-    names = _graph_names(f(*inputs))
+    names = graph_names(f(*inputs))
     assert "_CRBASolveBackward" in names and not any("Gather" in n for n in names), names
     assert gradcheck(f, inputs, eps=1e-6, atol=1e-6, rtol=1e-5)
     assert torch.autograd.gradgradcheck(f, inputs, eps=1e-6, atol=1e-5, rtol=1e-4, fast_mode=True)
@@ -411,7 +398,7 @@ def test_aba_on_the_sweep_to_second_order(kd, sweep_with_gradients):
         return kd.aba(H, q, nu, qd, tau) / scale
 
     out = f(*inputs)
-    assert "_SweepBackward" in _graph_names(out)
+    assert "_SweepBackward" in graph_names(out)
     assert gradcheck(f, inputs, eps=1e-6, atol=1e-6, rtol=1e-5)
     # the first derivatives that the second ones differentiate: those of the implicit rule
     v = torch.randn(out.shape, generator=torch.Generator().manual_seed(4), dtype=out.dtype)
@@ -446,7 +433,7 @@ def test_rnea_adjoint_sweep_to_second_order(kd, B):
     def f(*x):
         return rnea._RNEA.apply(model, *x)
 
-    assert "_RNEABackward" in _graph_names(f(*inputs))
+    assert "_RNEABackward" in graph_names(f(*inputs))
     torch.testing.assert_close(f(*inputs), rnea._forward_sweeps(model, *inputs)[0], rtol=0, atol=0)
     short = B < 64  # every entry for a short batch, random projections for a long one
     assert gradcheck(f, inputs, eps=1e-6, atol=1e-6, rtol=1e-6, fast_mode=not short)
@@ -455,7 +442,7 @@ def test_rnea_adjoint_sweep_to_second_order(kd, B):
     x = state(kd.NDoF, seed=4)
     q = x["q"].expand(B, n).clone().requires_grad_()
     H = pose(_rot(np.random.default_rng(11)), x["r"], x["p"]).expand(B, 4, 4)
-    assert "_RNEABackward" in _graph_names(kd.bias_force(H, q, x["nu"].expand(B, 6), x["qd"].expand(B, n)))
+    assert "_RNEABackward" in graph_names(kd.bias_force(H, q, x["nu"].expand(B, 6), x["qd"].expand(B, n)))
 
 
 def test_pose_composition_rules_to_second_order():
@@ -468,7 +455,7 @@ def test_pose_composition_rules_to_second_order():
     g = torch.Generator().manual_seed(12)
     Xp = torch.randn(1, 3, 4, 64, generator=g, dtype=torch.float64, requires_grad=True)  # one parent, broadcast
     L = torch.randn(2, 3, 4, 64, generator=g, dtype=torch.float64, requires_grad=True)
-    names = _graph_names(_compose(Xp, L))
+    names = graph_names(_compose(Xp, L))
     assert "_ComposeBackward" in names, names
     torch.testing.assert_close(_compose(Xp, L), _compose_values(Xp.detach(), L.detach()), rtol=0, atol=0)
     assert gradcheck(_compose, (Xp, L), check_forward_ad=True)
@@ -490,7 +477,7 @@ def test_batch_last_product_rules_to_second_order(product):
     A, C = r(2, 3, 3, 64), r(1, 3, 3, 1)  # C: one constant matrix for all bodies and configurations
     right = r(2, 3, 4, 64) if product == "matmul" else r(2, 3, 64)
     f = getattr(batchlast, product)
-    names = _graph_names(f(A, right))
+    names = graph_names(f(A, right))
     assert "_MatmulBackward" in names, names
     for inputs in ((A, right), (C, right)):
         assert gradcheck(f, inputs, check_forward_ad=True)
@@ -511,7 +498,7 @@ def test_batch_last_cross_product_rules_to_second_order():
     g = torch.Generator().manual_seed(14)
     a = torch.randn(2, 1, 3, 64, generator=g, dtype=torch.float64, requires_grad=True)
     b = torch.randn(2, 2, 3, 64, generator=g, dtype=torch.float64, requires_grad=True)
-    assert "_CrossBackward" in _graph_names(cross(a, b))
+    assert "_CrossBackward" in graph_names(cross(a, b))
     torch.testing.assert_close(cross(a, b), torch.linalg.cross(a.expand_as(b), b, dim=-2))
     assert gradcheck(cross, (a, b), check_forward_ad=True)
     assert torch.autograd.gradgradcheck(cross, (a, b))

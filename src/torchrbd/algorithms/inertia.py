@@ -21,7 +21,7 @@ from ..model.model import Model
 from ..spatial import matvec
 from .batchlast import const_matmul, cross, halves, has_tangent, mask_sum, matmul, mv, pair, plain, with_rules
 from .kinematics import Kinematics
-from .topology import _uncached, topology
+from .topology import _uncached, model_cached, topology
 
 
 @dataclass
@@ -82,23 +82,24 @@ def body_parameters(model: Model):
     """(m (nb,), h (nb, 3), Io (nb, 3, 3)) of each body in its own frame (Io about the body origin).
 
     Cached on the model unless a link parameter requires grad."""
-    cached = model.__dict__.get("_body_parameters")
-    if cached is not None:
-        return cached
-    topo = topology(model)
-    m_l = model.link_mass
-    c = model.link_pos + matvec(model.link_rot, model.link_com)  # link CoM in the body frame
-    I_c = model.link_rot @ model.link_inertia @ model.link_rot.transpose(-1, -2)
-    eye = torch.eye(3, dtype=c.dtype, device=c.device)
-    I_o = I_c + m_l[:, None, None] * ((c * c).sum(-1)[:, None, None] * eye - c[:, :, None] * c[:, None, :])
-    nb, lb = model.nbody, topo.link_body
-    m = torch.zeros(nb, dtype=m_l.dtype, device=m_l.device).index_add(0, lb, m_l)
-    h = torch.zeros(nb, 3, dtype=m_l.dtype, device=m_l.device).index_add(0, lb, m_l[:, None] * c)
-    Io = torch.zeros(nb, 3, 3, dtype=m_l.dtype, device=m_l.device).index_add(0, lb, I_o)
-    fields = (m_l, model.link_com, model.link_inertia, model.link_rot, model.link_pos)
-    if not any(t.requires_grad for t in fields):
-        object.__setattr__(model, "_body_parameters", (m, h, Io))
-    return m, h, Io
+    def make():
+        topo = topology(model)
+        m_l = model.link_mass
+        c = model.link_pos + matvec(model.link_rot, model.link_com)  # link CoM in the body frame
+        I_c = model.link_rot @ model.link_inertia @ model.link_rot.transpose(-1, -2)
+        eye = torch.eye(3, dtype=c.dtype, device=c.device)
+        I_o = I_c + m_l[:, None, None] * ((c * c).sum(-1)[:, None, None] * eye - c[:, :, None] * c[:, None, :])
+        nb, lb = model.nbody, topo.link_body
+        m = torch.zeros(nb, dtype=m_l.dtype, device=m_l.device).index_add(0, lb, m_l)
+        h = torch.zeros(nb, 3, dtype=m_l.dtype, device=m_l.device).index_add(0, lb, m_l[:, None] * c)
+        Io = torch.zeros(nb, 3, 3, dtype=m_l.dtype, device=m_l.device).index_add(0, lb, I_o)
+        return m, h, Io
+    return model_cached(model, "_body_parameters", make, depends_on=_link_parameters(model))
+
+
+def _link_parameters(model: Model) -> tuple:
+    """The model parameters the bodies' inertial parameters are made of."""
+    return model.link_mass, model.link_com, model.link_inertia, model.link_rot, model.link_pos
 
 
 def pseudo_inertias(model: Model) -> torch.Tensor:
@@ -107,16 +108,12 @@ def pseudo_inertias(model: Model) -> torch.Tensor:
     (``= tr(Io)/2 1 - Io``), ``h`` the first moment, ``m`` the mass. Under a pose
     ``X = [R | p]`` it transforms as ``X Phi X^T`` (the world second moment). Cached
     like :func:`body_parameters`."""
-    cached = model.__dict__.get("_pseudo_inertias")
-    if cached is not None:
-        return cached
-    m, h, Io = body_parameters(model)
-    eye = torch.eye(3, dtype=Io.dtype, device=Io.device)
-    sigma = 0.5 * Io.diagonal(0, -2, -1).sum(-1)[:, None, None] * eye - Io
-    phi = torch.cat([torch.cat([sigma, h[:, :, None]], 2), torch.cat([h, m[:, None]], 1)[:, None]], 1)
-    if "_body_parameters" in model.__dict__:  # cached only when nothing needs a gradient
-        object.__setattr__(model, "_pseudo_inertias", phi)
-    return phi
+    def make():
+        m, h, Io = body_parameters(model)
+        eye = torch.eye(3, dtype=Io.dtype, device=Io.device)
+        sigma = 0.5 * Io.diagonal(0, -2, -1).sum(-1)[:, None, None] * eye - Io
+        return torch.cat([torch.cat([sigma, h[:, :, None]], 2), torch.cat([h, m[:, None]], 1)[:, None]], 1)
+    return model_cached(model, "_pseudo_inertias", make, depends_on=_link_parameters(model))
 
 
 def world_inertias(model: Model, kin: Kinematics) -> SpatialInertia:

@@ -15,7 +15,7 @@ from .batchlast import (
     bilinear_function, const_lmatmul, const_matmul, cross, matmul, mm, mv, pieces, transpose, with_rules,
     writes_into_buffers,
 )
-from .topology import Chain, chain, topology
+from .topology import Chain, chain, model_cached, topology
 
 
 @dataclass
@@ -61,46 +61,43 @@ def _joint_pose_terms(model: Model):
     C2 (1 - cos(q)) + C3 q as 4x4 homogeneous matrices (Rodrigues' formula for
     revolute joints, a slide along the axis for prismatic ones; the constant last
     row is in C0). Cached on the model unless a placement needs grad."""
-    cached = model.__dict__.get("_joint_pose_terms")
-    if cached is not None:
-        return cached
-    topo = topology(model)
-    rot, pos, axis = model.body_rot, model.body_pos, model.joint_axis
-    K = skew(axis)
-    rev, pri = topo.is_revolute[:, None, None], topo.is_prismatic[:, None, None]
-    zero = torch.zeros_like(pos[..., None])
-    C = torch.stack(
-        [
-            torch.cat([rot, pos[..., None]], -1),
-            torch.cat([rot @ K * rev, zero], -1),
-            torch.cat([rot @ K @ K * rev, zero], -1),
-            torch.cat([torch.zeros_like(rot), (rot @ axis[..., None]) * pri], -1),
-        ]
-    )
-    last = torch.zeros(4, C.shape[1], 1, 4, dtype=C.dtype, device=C.device)
-    last[0, :, 0, 3] = 1
-    C = torch.cat([C, last], 2)
-    if not any(t.requires_grad for t in (rot, pos, axis)):
-        object.__setattr__(model, "_joint_pose_terms", C)
-    return C
+    def make():
+        topo = topology(model)
+        rot, pos, axis = model.body_rot, model.body_pos, model.joint_axis
+        K = skew(axis)
+        rev, pri = topo.is_revolute[:, None, None], topo.is_prismatic[:, None, None]
+        zero = torch.zeros_like(pos[..., None])
+        C = torch.stack(
+            [
+                torch.cat([rot, pos[..., None]], -1),
+                torch.cat([rot @ K * rev, zero], -1),
+                torch.cat([rot @ K @ K * rev, zero], -1),
+                torch.cat([torch.zeros_like(rot), (rot @ axis[..., None]) * pri], -1),
+            ]
+        )
+        last = torch.zeros(4, C.shape[1], 1, 4, dtype=C.dtype, device=C.device)
+        last[0, :, 0, 3] = 1
+        return torch.cat([C, last], 2)
+    return model_cached(model, "_joint_pose_terms", make, depends_on=_placements(model))
+
+
+def _placements(model: Model) -> tuple:
+    """The model parameters the joints' local transforms are made of."""
+    return model.body_rot, model.body_pos, model.joint_axis
 
 
 def _joint_pose_matrix(model: Model) -> torch.Tensor:
     """(nb, 12, t) the coefficients of the rows ``[R | p]`` of parent_X_body in the
     terms ``(1, sin q, cos q[, q])`` (``q`` only with prismatic joints): the terms of
     :func:`_joint_pose_terms` with ``1 - cos q`` split. Cached with them."""
-    cached = model.__dict__.get("_joint_pose_matrix")
-    if cached is not None:
-        return cached
-    topo = topology(model)
-    C = _joint_pose_terms(model)[:, :, :3].flatten(2)  # (4, nb, 12)
-    cols = [C[0] + C[2], C[1], -C[2]] if topo.has_revolute else [C[0]]
-    if topo.has_prismatic:
-        cols.append(C[3])
-    K = torch.stack(cols, -1)
-    if "_joint_pose_terms" in model.__dict__:  # cached only when nothing needs a gradient
-        object.__setattr__(model, "_joint_pose_matrix", K)
-    return K
+    def make():
+        topo = topology(model)
+        C = _joint_pose_terms(model)[:, :, :3].flatten(2)  # (4, nb, 12)
+        cols = [C[0] + C[2], C[1], -C[2]] if topo.has_revolute else [C[0]]
+        if topo.has_prismatic:
+            cols.append(C[3])
+        return torch.stack(cols, -1)
+    return model_cached(model, "_joint_pose_matrix", make, depends_on=_placements(model))
 
 
 def _local_transforms(model: Model, q: torch.Tensor, bodies=slice(None), fuse: bool = True) -> torch.Tensor:
@@ -229,16 +226,12 @@ def _body_pose_rows_in_place(topo, X0: torch.Tensor, local: torch.Tensor) -> tor
 def _axis_terms(model: Model) -> torch.Tensor:
     """(nb, 3, 1 or 2) each body's joint axis in its own frame as the column of
     revolute motion, then (with prismatic joints) that of prismatic motion; zero
-    columns for the other kind. Cached like :func:`_joint_pose_terms`."""
-    cached = model.__dict__.get("_axis_terms")
-    if cached is not None:
-        return cached
-    topo = topology(model)
-    kinds = [topo.is_revolute] + ([topo.is_prismatic] if topo.has_prismatic else [])
-    terms = torch.stack([model.joint_axis * k[:, None] for k in kinds], -1)
-    if not model.joint_axis.requires_grad:
-        object.__setattr__(model, "_axis_terms", terms)
-    return terms
+    columns for the other kind. Cached unless the axes need grad."""
+    def make():
+        topo = topology(model)
+        kinds = [topo.is_revolute] + ([topo.is_prismatic] if topo.has_prismatic else [])
+        return torch.stack([model.joint_axis * k[:, None] for k in kinds], -1)
+    return model_cached(model, "_axis_terms", make, depends_on=(model.joint_axis,))
 
 
 def motion_subspaces(model: Model, R: torch.Tensor, p: torch.Tensor, bodies=slice(None)) -> torch.Tensor:

@@ -13,7 +13,7 @@ import torch
 from .batchlast import cross, cross_sum, halves, has_tangent, mask_sum, pair, plain, with_rules
 from .inertia import SpatialInertia
 from .kinematics import Kinematics, dof_subspaces, per_body
-from .topology import topology
+from .topology import model_cached, topology
 
 
 def motion_cross(V, m):
@@ -42,15 +42,11 @@ def _plus_half(pairs, half: int, x):
 
 def gravity_twist(model) -> torch.Tensor:
     """(6, 1) gravity as a spatial acceleration ``[g; 0]``. Cached on the model unless
-    the gravity needs a gradient (see :func:`~.prepare.prepare`)."""
-    cached = model.__dict__.get("_gravity_twist")
-    if cached is not None:
-        return cached
-    g = model.gravity
-    twist = torch.cat([g, torch.zeros_like(g)])[:, None]
-    if not g.requires_grad:
-        object.__setattr__(model, "_gravity_twist", twist)
-    return twist
+    the gravity needs a gradient (:func:`~.topology.model_cached`)."""
+    def make():
+        g = model.gravity
+        return torch.cat([g, torch.zeros_like(g)])[:, None]
+    return model_cached(model, "_gravity_twist", make, depends_on=(model.gravity,))
 
 
 def body_velocities(model, kin: Kinematics, V0, qd):

@@ -217,14 +217,17 @@ def chain(model: Model, body: int) -> Chain:
     return found
 
 
-def model_cached(model: Model, name: str, make):
-    """The model's cache attribute ``name``, created by ``make()`` on first use (outside
-    ``torch.compile``: storing it while tracing is a side effect dynamo would replay
-    as a graph break, so a trace gets a fresh, unstored one)."""
+def model_cached(model: Model, name: str, make, depends_on=()):
+    """The model's cache attribute ``name``, created by ``make()`` on first use. Not
+    stored while ``torch.compile`` traces (storing is a side effect dynamo would replay
+    as a graph break, so a trace gets a fresh, unstored one; :func:`~.prepare.prepare`
+    fills the caches first), nor while a tensor of ``depends_on`` (the model parameters
+    it is made of) requires grad: then every call makes it again, inside the graph.
+    Models are replaced, never changed, so a stored value cannot go stale."""
     cache = model.__dict__.get(name)
     if cache is None:
         cache = make()
-        if not torch.compiler.is_compiling():
+        if not torch.compiler.is_compiling() and not any(t.requires_grad for t in depends_on):
             object.__setattr__(model, name, cache)
     return cache
 
