@@ -1,8 +1,9 @@
 """The GPU checks of issues 4 and 6 in one run (a few minutes on one modern GPU).
 
-1. Agreement: every quantity, aba with a gradient (the CRBA path) and without (at
-   B = 256, the articulated-body sweep), and aba's gradient, on CUDA against the CPU,
-   float64, for a batch of configurations (exit status 1 past ``--tol``).
+1. Agreement: every quantity, aba with a gradient and without (at B = 256, the
+   articulated-body sweep; with a gradient, its implicit backward) and on 64 of the
+   configurations with a gradient (the CRBA path), and aba's gradients, on CUDA
+   against the CPU, float64 (exit status 1 past ``--tol``).
 2. The simulator: 200 steps of the humanoid on the floor on CUDA against the CPU.
 3. Throughput: ``torchrbd bench`` in float32 at B = 1, 1024, 65536 and 1M
    (configurations per second), and ``benchmarks/bench_contacts.py`` on CUDA with
@@ -43,10 +44,14 @@ def quantities(kd, frame, device, B=256, seed=0):
     q, nu, qd, tau = (torch.randn(B, k, generator=g, dtype=torch.float64) for k in (n, 6, n, n))
     H, q, nu, qd, tau = (x.to(device) for x in (H, q, nu, qd, tau))
     qg = q.clone().requires_grad_(True)
-    acc = kd.aba(H, qg, nu, qd, tau)  # with a gradient: the CRBA path
+    acc = kd.aba(H, qg, nu, qd, tau)  # from articulated.FROM configurations on: the sweep, an implicit backward
     (grad,) = torch.autograd.grad(acc.square().sum(), qg)
-    with torch.no_grad():  # from articulated.FROM configurations on: the articulated-body sweep
+    with torch.no_grad():  # the sweep in place
         swept = kd.aba(H, q, nu, qd, tau)
+    few = slice(0, 64)  # below articulated.FROM, with a gradient: the CRBA path and a Cholesky solve
+    qf = q[few].clone().requires_grad_(True)
+    acc_few = kd.aba(H[few], qf, nu[few], qd[few], tau[few])
+    (grad_few,) = torch.autograd.grad(acc_few.square().sum(), qf)
     return {
         "forward_kinematics": kd.forward_kinematics(frame, H, q),
         "jacobian": kd.jacobian(frame, H, q),
@@ -58,6 +63,8 @@ def quantities(kd, frame, device, B=256, seed=0):
         "aba": acc.detach(),
         "aba without gradients": swept,
         "d|aba|^2/dq": grad,
+        "aba, 64 configurations (CRBA path)": acc_few.detach(),
+        "d|aba|^2/dq, 64 configurations (CRBA path)": grad_few,
     }
 
 
