@@ -94,7 +94,9 @@ class _Sweep(torch.autograd.Function):
         inertia = SpatialInertia(m, h, J)
         acc, factor, velocity = articulated.sweep(model, Kinematics(None, None, S), inertia, V0, qd, force, gravity)
         A0 = acc[:6] - gravity
-        terms = rnea_terms(model, S, m, h, J, V0, A0, qd, acc[6:], velocity)
+        # the RNEA's terms only when an input of the RNEA needs a gradient (not for the forces alone)
+        rnea_inputs = ctx.needs_input_grad[1:7] + ctx.needs_input_grad[8:9]
+        terms = rnea_terms(model, S, m, h, J, V0, A0, qd, acc[6:], velocity) if any(rnea_inputs) else ()
         ctx.model, ctx.factor = model, factor
         ctx.save_for_backward(S, m, h, J, V0, qd, force, gravity, armature, acc, A0, *terms)
         return acc
@@ -118,7 +120,7 @@ class _Sweep(torch.autograd.Function):
         if "S" in wanted:
             wanted.add("S_dof")
         qdd = acc[6:]
-        g = rnea_adjoint(model, S, None, m, h, J, V0, A0, qd, qdd, terms, y.neg(), wanted)
+        g = rnea_adjoint(model, S, None, m, h, J, V0, A0, qd, qdd, terms, y.neg(), wanted) if wanted else {}
         if "S" in g:
             g["S"] = g["S"].index_add(0, topology(model).body_of_dof, g.pop("S_dof"))
         grad_gravity = g["A0"].sum_to_size(gravity.shape).neg() if "A0" in g else None  # d A0 / d gravity = -1
