@@ -179,6 +179,22 @@ def test_gradcheck_aba_on_the_sweep(kd, rep, sweep_with_gradients):
     _gradcheck_state(kd, "aba", rep)
 
 
+def test_gradcheck_aba_forces_alone_on_the_sweep(kd, sweep_with_gradients):
+    """aba on the sweep with a gradient for the torques and external wrenches only: the
+    backward is the second solve alone (no RNEA terms are kept); against finite
+    differences, with no other input in the graph."""
+    kd.set_frame_velocity_representation(MIXED)
+    x = state(kd.NDoF, seed=6)
+    H = pose(_rot(np.random.default_rng(6)), x["r"], x["p"])
+    inputs = tuple(x[k].clone().requires_grad_(True) for k in ("tau", "w0"))
+
+    def f(tau, w0):
+        return kd.aba(H, x["q"], x["nu"], x["qd"], tau, external_wrenches={FRAMES[0]: w0})
+
+    assert "_SweepBackward" in graph_names(f(*inputs))
+    assert gradcheck(f, inputs, eps=1e-6, atol=1e-6, rtol=1e-5)
+
+
 def _gradcheck_state(kd, name, rep):
     kd.set_frame_velocity_representation(rep)
     args, call = FUNCTIONS[name]
