@@ -314,10 +314,11 @@ class KinDynComputations:
         (:func:`~torchrbd.algorithms.chain_forward`)."""
         Hb = a["base_transform"][:, :3].permute(1, 2, 0).contiguous()  # (3, 4, B): one transposing copy
         R, pB = Hb[:, :3], Hb[:, 3]
-        q = self._bl(a["joint_positions"])
         if frame is None:
-            return alg.forward(model, R, torch.zeros_like(pB), q), R, pB
+            return alg.forward(model, R, torch.zeros_like(pB), self._bl(a["joint_positions"])), R, pB
         body = model.frame(frame)[0]
+        # a transposed view: the chain gathers its own coordinates' rows, batch-last, in one copy
+        q = a["joint_positions"].transpose(0, 1)
         return alg.chain_forward(model, R, torch.zeros_like(pB), q, body, subspaces), R, pB
 
     # ----------------------------------------------------------- kinematics
