@@ -195,6 +195,31 @@ def test_gradcheck_aba_forces_alone_on_the_sweep(kd, sweep_with_gradients):
     assert gradcheck(f, inputs, eps=1e-6, atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize("path", ["crba", "sweep"])
+def test_vectorized_jacobians_of_every_function(kd, path, monkeypatch):
+    """``torch.autograd.functional.jacobian(..., vectorize=True)`` (and ``autograd.grad``
+    with ``is_grads_batched``) run the backward under the legacy batching of
+    ``torch._vmap_internals``, which has no rule for ``flatten``/``unflatten``: the
+    algorithms reshape with ``view`` where a backward goes. Every function's batched
+    Jacobian w.r.t. the joint positions equals the one computed output by output; aba on
+    both of its paths with gradients."""
+    from torchrbd.algorithms import articulated
+
+    if path == "sweep":
+        monkeypatch.setattr(articulated, "FROM", 1)
+    kd.set_frame_velocity_representation(MIXED)
+    x0 = state(kd.NDoF, seed=8)
+    H = pose(_rot(np.random.default_rng(8)), x0["r"], x0["p"]).expand(2, 4, 4)
+    x = {k: torch.stack([v, 0.5 * v]) for k, v in x0.items()}
+    for name, (_, call) in FUNCTIONS.items():
+        def f(q):
+            return call(kd, H, {**x, "q": q})
+
+        batched = torch.autograd.functional.jacobian(f, x["q"], vectorize=True)
+        one_by_one = torch.autograd.functional.jacobian(f, x["q"])
+        torch.testing.assert_close(batched, one_by_one, rtol=1e-10, atol=1e-12, msg=name)
+
+
 def _gradcheck_state(kd, name, rep):
     kd.set_frame_velocity_representation(rep)
     args, call = FUNCTIONS[name]

@@ -249,7 +249,7 @@ def pair(x: torch.Tensor) -> torch.Tensor:
     """6-vectors (k, 6, B) as their two halves stacked, (k, 2, 3, B) (a view when x is
     contiguous): ``cross(a[:, None], pair(x))`` crosses ``a`` with both halves in one
     call, half the operators of two calls."""
-    return x.unflatten(1, (2, 3))
+    return x.view(x.shape[0], 2, 3, *x.shape[2:])
 
 
 def pieces(x: torch.Tensor, dim: int):

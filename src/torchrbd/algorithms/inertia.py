@@ -49,7 +49,7 @@ class SpatialInertia:
         ``(0, m, h, -h, J)`` (one operator where assembling the blocks takes a dozen)."""
         k, B = self.h.shape[0], self.h.shape[-1]
         m = self.m[:, :, None].expand(k, 1, B)
-        values = torch.cat([torch.zeros_like(m), m, self.h, -self.h, self.J.flatten(1, 2)], 1)  # (k, 17, B)
+        values = torch.cat([torch.zeros_like(m), m, self.h, -self.h, self.J.reshape(k, 9, B)], 1)  # (k, 17, B)
         entries = _uncached(_matrix_entries)(str(values.device))
         return values.index_select(1, entries).view(k, 6, 6, B)
 

@@ -123,7 +123,7 @@ def _local_transforms(model: Model, q: torch.Tensor, bodies=slice(None), fuse: b
     if topo.has_prismatic:
         terms.append(q)
     local = const_lmatmul(_joint_pose_matrix(model)[bodies], torch.stack(terms, 1), fuse)  # (k, 12, B)
-    return local.unflatten(1, (3, 4))
+    return local.view(local.shape[0], 3, 4, *local.shape[2:])
 
 
 def _compose(Xp: torch.Tensor, L: torch.Tensor) -> torch.Tensor:

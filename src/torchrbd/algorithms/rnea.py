@@ -37,7 +37,7 @@ def _plus_half(pairs, half: int, x):
         parts[half] = parts[half] + x
         return torch.cat(parts, 1)
     pairs.select(1, half).add_(x)
-    return pairs.flatten(1, 2)
+    return pairs.view(pairs.shape[0], 6, *pairs.shape[3:])
 
 
 def gravity_twist(model) -> torch.Tensor:
