@@ -133,6 +133,45 @@ def test_sweep_on_random_trees(sweeps):
     assert kinds == {"same", "one", "index"} and permuted
 
 
+def test_sweep_gradients_on_random_trees(sweeps):
+    """The implicit backward's second solve (``articulated.solve_again``) and the RNEA's
+    adjoint on trees whose levels add into their parents by index and whose coordinates
+    come in another order than the bodies: directional derivatives w.r.t. the base pose
+    and velocity, joint positions, velocities and torques against central differences,
+    in every representation."""
+    rng = np.random.default_rng(12)
+    kinds, permuted, checked = set(), False, 0
+    while checked < 8:
+        tree = tree_from_rng(rng, max_links=12)
+        kd = torchrbd.KinDynComputations(tree.urdf, tree.joints_name_list)
+        if kd.NDoF < 2:
+            continue
+        plan, dof_pos = articulated._level_plan(kd.model)
+        kinds |= {kind for _, (kind, _), _ in plan}
+        permuted |= dof_pos is not None
+        H, q, nu, qd, tau = random_state(rng, kd.NDoF, 3)
+        p, x = H[:, :3, 3], [q, nu, qd, tau]
+        dp, dx = t(rng.normal(size=p.shape)), [t(rng.normal(size=v.shape)) for v in x]
+        w = t(rng.normal(size=(3, 6 + kd.NDoF)))
+
+        def aba(p, *x):
+            return kd.aba(torch.cat([torch.cat([H[:, :3, :3], p[:, :, None]], 2), H[:, 3:]], 1), *x)
+
+        for rep in REPRESENTATIONS:
+            kd.set_frame_velocity_representation(rep)
+            leaves = [v.clone().requires_grad_(True) for v in [p] + x]
+            a = aba(*leaves)
+            assert "_SweepBackward" in graph_names(a)
+            grads = torch.autograd.grad((a * w).sum(), leaves)
+            analytic = sum((g * d).sum(-1) for g, d in zip(grads, [dp] + dx))
+            eps = 1e-6
+            plus, minus = (aba(*(v + s * eps * d for v, d in zip([p] + x, [dp] + dx))) for s in (1, -1))
+            numeric = (w * (plus - minus)).sum(-1) / (2 * eps)
+            torch.testing.assert_close(analytic, numeric, rtol=1e-5, atol=1e-6 * max(1.0, numeric.abs().max().item()))
+        checked += 1
+    assert kinds == {"same", "one", "index"} and permuted
+
+
 @pytest.mark.parametrize("one_joint_per_body", [False, True], ids=["two_hinges_on_a_body", "one_joint_per_body"])
 def test_sweep_with_armature_and_a_slide_matches_mujoco(sweeps, one_joint_per_body):
     """MuJoCo's floating walker: armature on the pivots, a slide, a welded body, and
