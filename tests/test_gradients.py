@@ -17,6 +17,7 @@ import torch
 from torch.autograd import gradcheck
 
 import torchrbd
+import torchrbd.models
 from conftest import SEED_JOINTS, graph_names, icub_path
 
 REPS = list(torchrbd.Representations)
@@ -484,6 +485,29 @@ def test_rnea_adjoint_sweep_to_second_order(kd, B):
     q = x["q"].expand(B, n).clone().requires_grad_()
     H = pose(_rot(np.random.default_rng(11)), x["r"], x["p"]).expand(B, 4, 4)
     assert "_RNEABackward" in graph_names(kd.bias_force(H, q, x["nu"].expand(B, 6), x["qd"].expand(B, n)))
+
+
+@pytest.mark.parametrize("name", ["grad_bot", "humanoid"])
+def test_body_poses_reverse_sweep_to_second_order(name):
+    """With gradients, a batch's body poses compose into one buffer and their backward
+    is the reverse sweep of ``kinematics._PoseRows`` (parents' rows added by slice, by
+    one row for siblings, or by index); first and second derivatives w.r.t. the base
+    pose and the joint positions against finite differences."""
+    from torchrbd.algorithms import kinematics
+
+    model = (torchrbd.KinDynComputations(URDF) if name == "grad_bot" else torchrbd.models.load("humanoid")).model
+    B = 3
+    g = torch.Generator().manual_seed(0)
+    R = _rot(np.random.default_rng(3))[..., None].expand(3, 3, B).contiguous().requires_grad_()
+    p = torch.randn(3, B, dtype=torch.float64, generator=g, requires_grad=True)
+    q = torch.randn(model.n, B, dtype=torch.float64, generator=g, requires_grad=True)
+
+    def f(R, p, q):
+        return kinematics.body_pose_rows(model, R, p, q)
+
+    assert "_PoseRowsBackward" in graph_names(f(R, p, q))
+    assert gradcheck(f, (R, p, q), fast_mode=True)
+    assert torch.autograd.gradgradcheck(f, (R, p, q), fast_mode=True)
 
 
 def test_pose_composition_rules_to_second_order():

@@ -12,8 +12,8 @@ import torch
 from ..model.model import Model
 from ..spatial import skew
 from .batchlast import (
-    bilinear_function, const_lmatmul, const_matmul, cross, matmul, mm, mv, pieces, transpose, with_rules,
-    writes_into_buffers,
+    bilinear_function, const_lmatmul, const_matmul, cross, has_tangent, matmul, mm, mv, pieces, plain, transpose,
+    with_rules, writes_into_buffers,
 )
 from .topology import Chain, chain, model_cached, topology
 
@@ -193,6 +193,9 @@ def body_pose_rows(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: 
     X0, step, unsqueeze = _steps(base_R, base_p)
     if topo.unsort is None and _in_place(X0, local):  # levels stored as consecutive runs
         return _body_pose_rows_in_place(topo, X0, local)
+    if topo.unsort is None and X0.dim() == 4 and with_rules(X0, local) and plain(X0) and plain(local) \
+            and not has_tangent(X0, local):
+        return _PoseRows.apply(X0, local, topo)
     X = [X0]
     for L, par in zip(_level_rows(topo, local), topo.level_parent_pos):  # parents all sit on the previous level
         X.append(step(X[-1][par], L))
@@ -221,6 +224,52 @@ def _body_pose_rows_in_place(topo, X0: torch.Tensor, local: torch.Tensor) -> tor
     for L, rows, par in zip(_level_rows(topo, local), topo.levels, topo.level_parent_pos):
         prev = _compose_values(prev[par], L, out=X[rows])
     return X
+
+
+class _PoseRows(torch.autograd.Function):
+    """:func:`body_pose_rows` of a long batch with gradients: the forward composes into
+    one buffer as without them; the backward is the reverse sweep, leaves to root. With
+    ``G_i`` the total cotangent of body i's pose (its own plus what its children passed
+    up), ``X_i = X_parent o L_i`` gives ``Lbar_i = R_parent^T G_i`` and passes
+    ``G_i [L_i; e_4]^T = [G_R R_i^T + G_p p_i^T | G_p]`` to the parent: per level two
+    products and one addition into the parents' rows, where autograd would also
+    zero-fill and scatter each level's parent rows and concatenate the levels."""
+
+    @staticmethod
+    def forward(ctx, X0, local, topo):
+        X = _body_pose_rows_in_place(topo, X0, local)
+        ctx.topo = topo
+        ctx.save_for_backward(X0, local, X)
+        return X
+
+    @staticmethod
+    def backward(ctx, G):
+        X0, local, X = ctx.saved_tensors
+        topo = ctx.topo
+        if torch.is_grad_enabled():  # double backward: the loop of compositions inside the graph
+            again = [X0]
+            for L, par in zip(_level_rows(topo, local), topo.level_parent_pos):
+                again.append(_compose(again[-1][par], L))
+            wanted = [x for x, n in zip((X0, local), ctx.needs_input_grad) if n]
+            grads = iter(torch.autograd.grad(torch.cat(again, 0), wanted, G, create_graph=True))
+            return (*(next(grads) if n else None for n in ctx.needs_input_grad[:2]), None)
+        total = G.clone()
+        local_bar = torch.zeros_like(G)  # (local's shape; made from G so that batched backwards batch it)
+        prev = [slice(0, 1)] + list(topo.levels[:-1])
+        for rows, par, above in reversed(list(zip(topo.levels, topo.level_parent_pos, prev))):
+            g, parents = total[rows], X[above][par]
+            local_bar[rows] = matmul(transpose(parents[:, :, :3]), g)  # R_parent^T G
+            up = matmul(g[:, :, :3], transpose(local[rows][:, :, :3]))  # G_R R^T
+            up = up.addcmul_(g[:, :, 3:], transpose(local[rows][:, :, 3:]))  # + G_p p^T
+            up = torch.cat([up, g[:, :, 3:]], 2)
+            target = total[above]
+            if isinstance(par, slice) and par.stop - par.start == up.shape[0]:
+                target[par].add_(up)
+            elif isinstance(par, slice):
+                target[par].add_(up.sum(0, keepdim=True))
+            else:
+                target.index_add_(0, par, up)
+        return total[:1], local_bar, None
 
 
 def _axis_terms(model: Model) -> torch.Tensor:
