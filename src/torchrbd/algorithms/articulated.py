@@ -185,8 +185,7 @@ def sweep(
         Ud = U / D[:, None]
         A = torch.addcmul(A, Ud[:, :, None], w[:, None], value=-1)  # [Ia | pA - U (S.pA)/D]
         pa = A.select(2, 6).addcmul_(Ud, tau[rows][:, None])  # in place: A's last column becomes pa
-        for j, x in enumerate(c[rows].unbind(1)):
-            pa.addcmul_(A.select(2, j), x[:, None])
+        pa.add_((A[:, :, :6] * c[rows][:, None]).sum(2))  # + Ia c
         factor.Ud.append(Ud)
         factor.D.append(D)
         uDs.append((tau[rows] - SpA[:, 0]) / D)
