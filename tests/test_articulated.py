@@ -108,15 +108,7 @@ def test_sweep_on_random_trees(sweeps):
     representation; among the trees, levels that are not runs of consecutive bodies
     (results added by index) and coordinates in another order than the bodies."""
     rng = np.random.default_rng(11)
-    kinds, permuted, checked = set(), False, 0
-    while checked < 8:
-        tree = tree_from_rng(rng, max_links=12)
-        kd = torchrbd.KinDynComputations(tree.urdf, tree.joints_name_list)
-        if kd.NDoF < 2:
-            continue
-        plan, dof_pos = articulated._level_plan(kd.model)
-        kinds |= {kind for _, (kind, _), _ in plan}
-        permuted |= dof_pos is not None
+    for tree, kd in _random_trees(rng):
         path = tree.write()
         try:
             pin = PinRobot(path, kd.joints_name_list)
@@ -128,8 +120,25 @@ def test_sweep_on_random_trees(sweeps):
             a = kd.aba(H, q, nu, qd, tau)
             for b in range(4):
                 close(a[b], pin.aba(rep, *(x[b].numpy() for x in (H, q, nu, qd, tau))), rtol=1e-8)
-        checked += 1
     assert len(sweeps) == 8 * len(REPRESENTATIONS)
+
+
+def _random_trees(rng, count=8):
+    """Yield ``count`` random trees with at least two coordinates, each with its
+    ``KinDynComputations``; once all are drawn, check that among them some levels add
+    into their parents by slice, by one row and by index, and that some coordinates
+    come in another order than the bodies."""
+    kinds, permuted, made = set(), False, 0
+    while made < count:
+        tree = tree_from_rng(rng, max_links=12)
+        kd = torchrbd.KinDynComputations(tree.urdf, tree.joints_name_list)
+        if kd.NDoF < 2:
+            continue
+        plan, dof_pos = articulated._level_plan(kd.model)
+        kinds |= {kind for _, (kind, _), _ in plan}
+        permuted |= dof_pos is not None
+        made += 1
+        yield tree, kd
     assert kinds == {"same", "one", "index"} and permuted
 
 
@@ -140,15 +149,7 @@ def test_sweep_gradients_on_random_trees(sweeps):
     and velocity, joint positions, velocities and torques against central differences,
     in every representation."""
     rng = np.random.default_rng(12)
-    kinds, permuted, checked = set(), False, 0
-    while checked < 8:
-        tree = tree_from_rng(rng, max_links=12)
-        kd = torchrbd.KinDynComputations(tree.urdf, tree.joints_name_list)
-        if kd.NDoF < 2:
-            continue
-        plan, dof_pos = articulated._level_plan(kd.model)
-        kinds |= {kind for _, (kind, _), _ in plan}
-        permuted |= dof_pos is not None
+    for _, kd in _random_trees(rng):
         H, q, nu, qd, tau = random_state(rng, kd.NDoF, 3)
         p, x = H[:, :3, 3], [q, nu, qd, tau]
         dp, dx = t(rng.normal(size=p.shape)), [t(rng.normal(size=v.shape)) for v in x]
@@ -168,8 +169,6 @@ def test_sweep_gradients_on_random_trees(sweeps):
             plus, minus = (aba(*(v + s * eps * d for v, d in zip([p] + x, [dp] + dx))) for s in (1, -1))
             numeric = (w * (plus - minus)).sum(-1) / (2 * eps)
             torch.testing.assert_close(analytic, numeric, rtol=1e-5, atol=1e-6 * max(1.0, numeric.abs().max().item()))
-        checked += 1
-    assert kinds == {"same", "one", "index"} and permuted
 
 
 @pytest.mark.parametrize("one_joint_per_body", [False, True], ids=["two_hinges_on_a_body", "one_joint_per_body"])
