@@ -23,6 +23,12 @@ Each body's ``[IA_i | pA_i]`` is one (6, 7) block: since ``IA_i`` is symmetric,
 rank-one update ``[IA_i | pA_i] - (U_i / D_i) [U_i^T, S_i . pA_i]`` leaves
 ``[Ia_i | pA_i - U_i (S_i . pA_i) / D_i]``, whose product with ``[c_i; 1]`` is
 ``pa_i - U_i tau_i / D_i``.
+
+The articulated inertias depend on the configuration only: a sweep's
+:class:`Factor` (the ``U_i / D_i``, ``D_i`` and the base's eliminated block) solves
+``M x = y`` for another right-hand side with no velocity terms and no rank-one
+updates (:func:`solve_again`), which is what the implicit backward of
+:mod:`.forward_dynamics` needs.
 """
 
 from __future__ import annotations
