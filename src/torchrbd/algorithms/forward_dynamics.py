@@ -94,9 +94,12 @@ class _Sweep(torch.autograd.Function):
         inertia = SpatialInertia(m, h, J)
         acc, factor, velocity = articulated.sweep(model, Kinematics(None, None, S), inertia, V0, qd, force, gravity)
         A0 = acc[:6] - gravity
-        # the RNEA's terms only when an input of the RNEA needs a gradient (not for the forces alone)
-        rnea_inputs = ctx.needs_input_grad[1:7] + ctx.needs_input_grad[8:9]
-        terms = rnea_terms(model, S, m, h, J, V0, A0, qd, acc[6:], velocity) if any(rnea_inputs) else ()
+        # the RNEA's inputs that need a gradient (gravity through A0); none for the forces alone
+        need = ctx.needs_input_grad[1:]
+        ctx.rnea_need = {name for name, n in zip(("S", "m", "h", "J", "V0", "qd", "A0"), need[:6] + need[7:8]) if n}
+        if "S" in ctx.rnea_need:
+            ctx.rnea_need.add("S_dof")
+        terms = rnea_terms(model, S, m, h, J, V0, A0, qd, acc[6:], velocity) if ctx.rnea_need else ()
         ctx.model, ctx.factor = model, factor
         ctx.save_for_backward(S, m, h, J, V0, qd, force, gravity, armature, acc, A0, *terms)
         return acc
@@ -115,12 +118,8 @@ class _Sweep(torch.autograd.Function):
             return None, *(next(grads) if n else None for n in need)
         # R = RNEA(acc) (+ armature qdd) - force, A0 = acc_base - gravity; cotangent -M^-1 abar
         y = articulated.solve_again(model, S, ctx.factor, abar)
-        names = dict(zip(("S", "m", "h", "J", "V0", "qd", "A0"), need[:6] + (need[7],)))
-        wanted = {name for name, n in names.items() if n}
-        if "S" in wanted:
-            wanted.add("S_dof")
         qdd = acc[6:]
-        g = rnea_adjoint(model, S, None, m, h, J, V0, A0, qd, qdd, terms, y.neg(), wanted) if wanted else {}
+        g = rnea_adjoint(model, S, None, m, h, J, V0, A0, qd, qdd, terms, y.neg(), ctx.rnea_need) if terms else {}
         if "S" in g:
             g["S"] = g["S"].index_add(0, topology(model).body_of_dof, g.pop("S_dof"))
         grad_gravity = g["A0"].sum_to_size(gravity.shape).neg() if "A0" in g else None  # d A0 / d gravity = -1

@@ -196,11 +196,17 @@ def body_pose_rows(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: 
     if topo.unsort is None and X0.dim() == 4 and with_rules(X0, local) and plain(X0) and plain(local) \
             and not has_tangent(X0, local):
         return _PoseRows.apply(X0, local, topo)
+    X = unsqueeze(_compose_levels(topo, X0, local, step))
+    return X if topo.unsort is None else X[topo.unsort]
+
+
+def _compose_levels(topo, X0: torch.Tensor, local: torch.Tensor, step) -> torch.Tensor:
+    """The poses of all bodies, level by level (``step`` composes a parent's pose with
+    a local transform), concatenated in the levels' order."""
     X = [X0]
     for L, par in zip(_level_rows(topo, local), topo.level_parent_pos):  # parents all sit on the previous level
         X.append(step(X[-1][par], L))
-    X = unsqueeze(torch.cat(X, 0))
-    return X if topo.unsort is None else X[topo.unsort]
+    return torch.cat(X, 0)
 
 
 def _split_pose_rows(X: torch.Tensor):
@@ -247,11 +253,9 @@ class _PoseRows(torch.autograd.Function):
         X0, local, X = ctx.saved_tensors
         topo = ctx.topo
         if torch.is_grad_enabled():  # double backward: the loop of compositions inside the graph
-            again = [X0]
-            for L, par in zip(_level_rows(topo, local), topo.level_parent_pos):
-                again.append(_compose(again[-1][par], L))
+            again = _compose_levels(topo, X0, local, _compose)
             wanted = [x for x, n in zip((X0, local), ctx.needs_input_grad) if n]
-            grads = iter(torch.autograd.grad(torch.cat(again, 0), wanted, G, create_graph=True))
+            grads = iter(torch.autograd.grad(again, wanted, G, create_graph=True))
             return (*(next(grads) if n else None for n in ctx.needs_input_grad[:2]), None)
         total = G.clone()
         local_bar = torch.zeros_like(G)  # (local's shape; made from G so that batched backwards batch it)
