@@ -65,13 +65,25 @@ def assemble(model, Mbb, F, S, T=None) -> torch.Tensor:
         # whole values. Placing them from batch-last memory instead would leave a
         # (N, N, B) view whose batch-first copy (for a Cholesky, or the user's next
         # operation) costs more than the rest of the mass matrix.
-        left = torch.cat([top, S, S.new_zeros(1, 6, B)], 0)  # (N+1, 6, B)
         right = torch.cat([right, F.transpose(0, 1)], 1)  # (6, N, B)
         entries = topo.mass_matrix_entries
-        D = (left.index_select(0, entries // N) * right.index_select(1, entries % N).transpose(0, 1)).sum(1)
+        if T is None:  # G's base rows are right's: copied, not summed over six products with 0 and 1
+            k = topo.mass_matrix_base_entries
+            base, entries = right.reshape(6 * N, B).index_select(0, entries[:k]), entries[k:]
+            left = torch.cat([S, S.new_zeros(1, 6, B)], 0)  # (n+1, 6, B): G's rows from 6 on
+            rows = entries // N - 6
+        else:
+            left, rows = torch.cat([top, S, S.new_zeros(1, 6, B)], 0), entries // N  # (N+1, 6, B)
+        D = (left.index_select(0, rows) * right.index_select(1, entries % N).transpose(0, 1)).sum(1)
+        if T is None:
+            D = torch.cat([base, D])
         if model.has_armature:  # rotor inertia on the joints' diagonal
             D = D.index_add(0, topo.mass_matrix_joint_diagonal, model.armature[:, None].expand(n, B))
         D = D.transpose(0, 1).contiguous()  # (B, K)
+        # as_strided makes inductor write D's transpose to memory (a tiled copy) before
+        # the gather; fused, the gather read D column-wise, one cache line per entry
+        # (iCub, B = 1024: 0.63 against 1.46 ms for these lines alone). A no-op eager.
+        D = D.as_strided(D.shape, D.stride())
         return D.index_select(1, topo.mass_matrix_place).reshape(B, N, N)
     # Eager, and compiled with gradients: inductor makes the backward of the gathers above
     # atomic adds, contended between threads (iCub, B = 1024, 2 threads: the compiled

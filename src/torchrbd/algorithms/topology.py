@@ -49,6 +49,8 @@ class Topology:
       and ``mass_matrix_place``: ((6+n)^2,) where each entry of the inertia is in them.
     * ``mass_matrix_joint_diagonal``: (n,) where the joints' diagonal entries are in
       ``mass_matrix_entries`` (where the armature is added).
+    * ``mass_matrix_base_entries``: how many of ``mass_matrix_entries`` lie in G's six
+      base rows (they come first).
     """
 
     levels: tuple
@@ -65,6 +67,7 @@ class Topology:
     mass_matrix_entries: torch.Tensor
     mass_matrix_place: torch.Tensor
     mass_matrix_joint_diagonal: torch.Tensor
+    mass_matrix_base_entries: int
     has_revolute: bool
     has_prismatic: bool
 
@@ -146,6 +149,7 @@ def _topology(parents: tuple, jtypes: tuple, body_dof: tuple, link_body: tuple, 
         mass_matrix_entries=long(entries),
         mass_matrix_place=long([where[e] for e in index]),
         mass_matrix_joint_diagonal=long([where[i * N + i] for i in range(6, N)]),
+        mass_matrix_base_entries=sum(e < 6 * N for e in entries),
         has_revolute=JointType.REVOLUTE in jtypes,
         has_prismatic=JointType.PRISMATIC in jtypes,
     )
