@@ -58,6 +58,8 @@ def assemble(model, Mbb, F, S, T=None) -> torch.Tensor:
     else:
         top, right = T.transpose(0, 1), matmul(Mbb, T)
     wants_grad = any(x.requires_grad for x in (Mbb, F, S, T) if x is not None)
+    if T is None and B > 1 and not wants_grad and not torch.compiler.is_compiling():
+        return _assemble_from_entries(model, Mbb, F, S)
     if torch.compiler.is_compiling() and not wants_grad:
         # Only G's distinct entries (K, a third of G for iCub) as batch-last
         # multiply-sums, which inductor vectorises (a bmm on CPU would run one small
@@ -97,3 +99,25 @@ def assemble(model, Mbb, F, S, T=None) -> torch.Tensor:
         G.diagonal(0, 1, 2)[:, 6:].add_(model.armature)  # rotor inertia on the joints' diagonal
     index = topo.mass_matrix_index.expand(B, N * N)  # gather: several times faster than index_select on dim 1
     return torch.gather(G.reshape(B, (N + 1) * N), 1, index).reshape(B, N, N)
+
+
+def _assemble_from_entries(model, Mbb, F, S) -> torch.Tensor:
+    """:func:`assemble` in the internal representation, eager, without gradients: G's
+    distinct entries written batch-first (its base rows copied from ``Mbb`` and ``F``,
+    the products ``S_a . F_b`` of supporting pairs as batch-last multiply-sums), then
+    the same placing gather. A batched product of the whole of G spends most of its
+    time on the per-matrix calls of a library."""
+    topo = topology(model)
+    n, B = model.n, S.shape[-1]
+    N, K, k = 6 + n, topo.mass_matrix_entries.shape[0], topo.mass_matrix_base_entries
+    a, b = topo.mass_matrix_pairs
+    D = S.new_empty(B, K)
+    base = D[:, :k].view(B, 6, N)
+    base[:, :, :6].copy_(Mbb.permute(2, 0, 1))
+    base[:, :, 6:].copy_(F.permute(2, 1, 0))
+    P = (S.index_select(0, a) * F.index_select(0, b)).sum(1)  # (k', B)
+    if model.has_armature:  # rotor inertia on the joints' diagonal
+        P = P.index_add_(0, topo.mass_matrix_joint_diagonal - k, model.armature[:, None].expand(n, B))
+    D[:, k:k + P.shape[0]].copy_(P.t())
+    D[:, k + P.shape[0]:].zero_()  # G's zero, where some coordinates are unrelated
+    return torch.gather(D, 1, topo.mass_matrix_place.expand(B, N * N)).view(B, N, N)
