@@ -19,7 +19,7 @@ import torch
 
 from ..model.model import Model
 from ..spatial import matvec
-from .batchlast import const_matmul, cross, halves, has_tangent, mask_sum, matmul, mv, pair, plain, with_rules
+from .batchlast import const_matmul, cross, halves, has_tangent, mask_sum, matmul, mv, pair, pieces, plain, with_rules
 from .kinematics import Kinematics
 from .topology import _uncached, model_cached, topology
 
@@ -144,7 +144,13 @@ def _world_moments(X: torch.Tensor, phi: torch.Tensor):
     """(nb, 3, B) first moments ``h`` and (nb, 3, 3, B) rotational inertias ``J`` about
     O of the poses ``X`` (nb, 3, 4, B) (see :func:`world_inertias`)."""
     A = const_matmul(X, phi.neg())  # -X Phi
-    J = matmul(A, X.transpose(1, 2))  # -Sigma (nb, 3, 3, B)
+    # -Sigma = A X^T (nb, 3, 3, B) from the columns of A and X. (A product with the view
+    # X^T: compiled with gradients, inductor stored that operand's gradient batch-strided,
+    # and the kernels reading it ran one number at a time.)
+    a, x = pieces(A, 2), pieces(X, 2)
+    J = a[0] * x[0].transpose(1, 2)
+    for ak, xk in zip(a[1:], x[1:]):
+        J = J.addcmul_(ak, xk.transpose(1, 2))
     J.diagonal(0, 1, 2).sub_(J.diagonal(0, 1, 2).sum(-1, keepdim=True))  # + tr(Sigma) 1
     return -A[:, :, 3], J
 
