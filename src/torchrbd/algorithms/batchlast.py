@@ -234,6 +234,8 @@ def mask_sum(mask: torch.Tensor, x: torch.Tensor, add: torch.Tensor | None = Non
     flat = x.reshape(x.shape[0], math.prod(x.shape[1:]))
     if add is None:
         out = torch.mm(mask, flat)
+    elif torch.compiler.is_compiling():  # the addition fuses into the next kernel; addmm first copies it into out
+        out = torch.mm(mask, flat) + beta * add.reshape(-1, flat.shape[1])
     else:
         out = torch.addmm(add.reshape(-1, flat.shape[1]), mask, flat, beta=beta)
     return out.reshape(mask.shape[0], *x.shape[1:])
