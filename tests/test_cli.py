@@ -275,9 +275,9 @@ def test_bench_samples_warm_up_for_a_minimum_time(monkeypatch):
     assert len(log) == 2 + 4 + 4
 
 
-def test_bench_compiles_with_the_cpp_wrapper_when_asked(monkeypatch):
-    """`torchrbd bench --compile --cpp-wrapper` compiles with inductor's C++ wrapper;
-    without the flag, with torch.compile's defaults."""
+def test_bench_compiles_with_the_python_wrapper_when_asked(monkeypatch):
+    """`torchrbd bench --compile --python-wrapper` compiles with inductor's Python
+    wrapper; without the flag, as `kd.compiled()` does by default."""
     import torchrbd.models
     from torchrbd import bench
     from torchrbd.kindyn import KinDynComputations
@@ -286,5 +286,5 @@ def test_bench_compiles_with_the_cpp_wrapper_when_asked(monkeypatch):
     monkeypatch.setattr(KinDynComputations, "compiled", lambda self, **kw: seen.append(kw) or self)
     path = torchrbd.models.path("arm7")
     for flag in (False, True):
-        bench.torchrbd_cases(path, None, "ee", 2, torch.float64, torch.device("cpu"), True, cpp_wrapper=flag)
-    assert seen == [{}, {"options": {"cpp_wrapper": True}}]
+        bench.torchrbd_cases(path, None, "ee", 2, torch.float64, torch.device("cpu"), True, python_wrapper=flag)
+    assert seen == [{}, {"options": {"cpp_wrapper": False}}]

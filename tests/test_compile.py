@@ -269,3 +269,32 @@ def test_compiled_code_reads_the_model_constants_instead_of_rebuilding_them():
                      "chain": getattr(cached.get("_chains", {}).get(body), "dofs", None)}
         for name, constant in constants.items():
             assert constant is not None and any(x is constant for x in inputs), name
+
+
+def test_compiled_aba_of_a_small_batch_compiles_quietly_and_either_wrapper_agrees():
+    """On CPU the compiled copy runs inductor's wrapper in C++; LAPACK's Cholesky of a
+    small batch then goes through inductor's proxy executor, whose note is not shown.
+    The Python wrapper (``options={"cpp_wrapper": False}``) gives the same values."""
+    import logging
+
+    kd = torchrbd.models.load("arm7")
+    H, q, nu, qd, tau = _inputs(kd, B=4)
+    notes = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            notes.append(record.getMessage())
+
+    logger = logging.getLogger("torch._inductor.ir")
+    handler = Keep(level=logging.DEBUG)
+    logger.addHandler(handler)
+    try:
+        torch._dynamo.reset()
+        a = kd.compiled().aba(H, q, nu, qd, tau)
+    finally:
+        logger.removeHandler(handler)
+    assert not [n for n in notes if "proxy executor" in n], notes
+    expected = kd.aba(H, q, nu, qd, tau)
+    torch.testing.assert_close(a, expected, rtol=1e-10, atol=1e-10)
+    b = kd.compiled(options={"cpp_wrapper": False}).aba(H, q, nu, qd, tau)
+    torch.testing.assert_close(b, expected, rtol=1e-10, atol=1e-10)

@@ -120,14 +120,14 @@ def nograd(f):
     return run
 
 
-def torchrbd_cases(path, joints, frame, B, dtype, device, compile_=False, cpp_wrapper=False):
-    """{quantity: callable} for torchrbd at batch size B (compiled: with inductor's C++
-    wrapper when ``cpp_wrapper``)."""
+def torchrbd_cases(path, joints, frame, B, dtype, device, compile_=False, python_wrapper=False):
+    """{quantity: callable} for torchrbd at batch size B (compiled: with inductor's Python
+    wrapper when ``python_wrapper``, instead of the C++ one ``kd.compiled()`` uses on CPU)."""
     from .kindyn import KinDynComputations
 
     kd = KinDynComputations(path, joints)
     if compile_:
-        kd = kd.compiled(**({"options": {"cpp_wrapper": True}} if cpp_wrapper else {}))
+        kd = kd.compiled(**({"options": {"cpp_wrapper": False}} if python_wrapper else {}))
     H, q, nu, qd, tau = inputs(kd.NDoF, B, dtype, device)
     qg, qdg, taug = (x.clone().requires_grad_(True) for x in (q, qd, tau))
 
@@ -217,8 +217,8 @@ def main(argv=None) -> list:
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--compile", action="store_true", help="also time the torch.compile'd path")
-    ap.add_argument("--cpp-wrapper", action="store_true",
-                    help="with --compile: inductor's C++ wrapper (less overhead per call, longer compiles)")
+    ap.add_argument("--python-wrapper", action="store_true",
+                    help="with --compile: inductor's Python wrapper (kd.compiled() uses the C++ one on CPU)")
     ap.add_argument("--no-adam", action="store_true")
     ap.add_argument("--no-pinocchio", action="store_true",
                     help="skip Pinocchio's loop (for batches where it takes seconds, e.g. on a GPU at B = 1M)")
@@ -249,7 +249,7 @@ def main(argv=None) -> list:
     rows = []
     for B in args.batch:
         ours = torchrbd_cases(path, joints, frame, B, dtype, device)
-        comp = (torchrbd_cases(path, joints, frame, B, dtype, device, compile_=True, cpp_wrapper=args.cpp_wrapper)
+        comp = (torchrbd_cases(path, joints, frame, B, dtype, device, compile_=True, python_wrapper=args.python_wrapper)
                 if args.compile else {})
         f32 = torchrbd_cases(path, joints, frame, B, torch.float32, device) if args.dtype == "both" else {}
         pin_cases, pin_note = ((None, "Pinocchio skipped (--no-pinocchio)") if args.no_pinocchio
