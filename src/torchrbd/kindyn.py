@@ -112,7 +112,9 @@ class KinDynComputations:
 
         The first call for each input shape compiles (seconds to a minute); later
         calls with the same shapes reuse the compiled code. Changing the velocity
-        representation or the model later triggers a recompile.
+        representation or the model later triggers a recompile. On CPU, inductor drives
+        its kernels from C++ (``cpp_wrapper``; pass ``options={"cpp_wrapper": False}``
+        for its Python wrapper).
         """
         import copy
 

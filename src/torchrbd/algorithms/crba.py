@@ -49,6 +49,9 @@ def assemble(model, Mbb, F, S, T=None) -> torch.Tensor:
     holds the base rows ``T^T [Mbb T | F^T]`` and ``S_a . F_b`` (its rows ``S Mbb T``
     are not used); one gather (``Topology.mass_matrix_index``) places the entries,
     mirrors the blocks below the diagonal and zeroes pairs of unrelated coordinates.
+    That product serves gradients and the other representations in eager mode; without
+    gradients, compiled code and the internal representation make only G's distinct
+    entries (``Topology.mass_matrix_entries``) and place those.
     """
     topo = topology(model)
     n, B = model.n, S.shape[-1]
