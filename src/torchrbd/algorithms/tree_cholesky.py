@@ -24,7 +24,7 @@ from functools import lru_cache
 
 import torch
 
-from .batchlast import plain
+from .batchlast import gathered_dots, plain
 from .solve import traceable, with_forward_mode
 from .topology import _uncached, model_cached
 
@@ -209,7 +209,7 @@ def packed_inertia(model, plan: TreePlan, F: torch.Tensor, S: torch.Tensor, Mbb:
         full = (F[:, None] * S[None]).sum(2).view(n * n, -1)
         pairs = full.index_select(0, plan.pair_row * n + plan.pair_col)
     else:
-        pairs = (F.index_select(0, plan.pair_row) * S.index_select(0, plan.pair_col)).sum(1)
+        pairs = gathered_dots(F, plan.pair_row, S, plan.pair_col)
     B = pairs.shape[-1]
     if plan.floating:
         packed = torch.cat([Mbb.reshape(36, -1).expand(36, B), F.reshape(-1, B), pairs])
