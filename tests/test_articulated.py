@@ -123,6 +123,14 @@ def test_sweep_on_random_trees(sweeps):
     assert len(sweeps) == 8 * len(REPRESENTATIONS)
 
 
+def _how_added(rows, target) -> str:
+    """How a level of the sweep's plan adds into its parents: by a slice of one row per
+    body ("same"), into one row ("one"), or by index."""
+    if not isinstance(target, slice):
+        return "index"
+    return "same" if target.stop - target.start == articulated._count(rows) else "one"
+
+
 def _random_trees(rng, count=8):
     """Yield ``count`` random trees with at least two coordinates, each with its
     ``KinDynComputations``; once all are drawn, check that among them some levels add
@@ -135,7 +143,7 @@ def _random_trees(rng, count=8):
         if kd.NDoF < 2:
             continue
         plan, dof_pos = articulated._level_plan(kd.model)
-        kinds |= {kind for _, (kind, _), _ in plan}
+        kinds |= {_how_added(rows, target) for rows, target, _ in plan}
         permuted |= dof_pos is not None
         made += 1
         yield tree, kd

@@ -42,14 +42,14 @@ from .batchlast import plain
 from .inertia import SpatialInertia, _skew_bl
 from .kinematics import Kinematics, per_body
 from .rnea import velocity_terms
-from .topology import model_cached, topology
+from .topology import add_to_parents, model_cached, topology
 
 
 def _level_plan(model: Model):
-    """Per level (deepest last): the rows of its bodies, where their results go in the
-    parent level (``("same", rows)``: one body per parent row, ``("one", rows)``: all
-    into one row, ``("index", index)``: an index over the global rows), and the
-    position of each body's parent within the previous level (for the forward sweep).
+    """Per level (deepest last): the rows of its bodies, the rows their results go to
+    (:func:`~.topology.add_to_parents`: a slice of one parent row per body, a slice of
+    the one row all go into, or an index over the global rows), and the position of
+    each body's parent within the previous level (for the forward sweep).
     Plus the (n,) position of each coordinate's body in the concatenated levels (its
     position in ``Topology.unsort``'s processing order, less the base), or None when
     that is the identity."""
@@ -60,10 +60,9 @@ def _level_plan(model: Model):
             k = _count(rows)
             if isinstance(pos, slice) and isinstance(prev, slice):
                 target = slice(prev.start + pos.start, prev.start + pos.stop)
-                plan.append((rows, ("same" if pos.stop - pos.start == k else "one", target), pos))
             else:
-                prev_rows = _as_index(prev, model)
-                plan.append((rows, ("index", prev_rows[_as_index(pos, model, k)]), pos))
+                target = _as_index(prev, model)[_as_index(pos, model, k)]
+            plan.append((rows, target, pos))
             prev = rows
         body_pos = topo.body_of_dof if topo.unsort is None else topo.unsort[topo.body_of_dof]
         dof_pos = body_pos - 1
@@ -181,7 +180,7 @@ def sweep(
     armature = per_body(model, model.armature[:, None]) if model.has_armature else None
 
     factor, uDs = Factor([], [], None), []
-    for rows, (kind, target), _ in reversed(plan):
+    for rows, target, _ in reversed(plan):
         A, S = blocks[rows], kin.S[rows]
         w = (A * S[:, :, None]).sum(1)  # [U; S . pA] (k, 7, B)
         U, SpA = w.split_with_sizes([6, 1], 1)
@@ -195,24 +194,13 @@ def sweep(
         factor.Ud.append(Ud)
         factor.D.append(D)
         uDs.append((tau[rows] - SpA[:, 0]) / D)
-        _add_to_parents(blocks, kind, target, A)
+        add_to_parents(blocks, target, A)
 
     a = _solve_base(blocks[0], f0)[None]
     factor.base = blocks[0, :, :6].clone()  # (not a view: the blocks can go)
     base = a[0] + gravity
     qdd = _forward_sweep(plan, kin.S, a, c, factor.Ud, uDs)
     return torch.cat([base, qdd if dof_pos is None else qdd[dof_pos]]), factor, terms
-
-
-def _add_to_parents(buffer: torch.Tensor, kind: str, target, x: torch.Tensor) -> None:
-    """Add one level's results ``x`` into their parents' rows of ``buffer`` (see
-    :func:`_level_plan`)."""
-    if kind == "same":
-        buffer[target].add_(x)
-    elif kind == "one":
-        buffer[target].add_(x.sum(0, keepdim=True))
-    else:
-        buffer.index_add_(0, target, x)
 
 
 def _forward_sweep(plan, S, a, c, Ud, uD) -> torch.Tensor:
@@ -240,11 +228,11 @@ def solve_again(model: Model, S: torch.Tensor, factor: Factor, y: torch.Tensor) 
     yj = per_body(model, yj)
     pA = y.new_zeros(model.nbody, 6, y.shape[-1])
     uDs = []
-    for (rows, (kind, target), _), Ud, D in zip(reversed(plan), factor.Ud, factor.D):
+    for (rows, target, _), Ud, D in zip(reversed(plan), factor.Ud, factor.D):
         p = pA[rows]
         u = yj[rows] - (S[rows] * p).sum(1)
         uDs.append(u / D)
-        _add_to_parents(pA, kind, target, p.addcmul(Ud, u[:, None]))
+        add_to_parents(pA, target, p.addcmul(Ud, u[:, None]))
     a = _solve_base_again(factor.base, y0 - pA[0])[None]
     qdd = _forward_sweep(plan, S, a, None, factor.Ud, uDs)
     return torch.cat([a[0], qdd if dof_pos is None else qdd[dof_pos]])

@@ -15,7 +15,7 @@ from .batchlast import (
     bilinear_function, const_lmatmul, const_matmul, cross, has_tangent, matmul, mm, mv, pieces, plain, transpose,
     with_rules, writes_into_buffers,
 )
-from .topology import Chain, chain, model_cached, topology
+from .topology import Chain, add_to_parents, chain, model_cached, topology
 
 
 @dataclass
@@ -265,14 +265,7 @@ class _PoseRows(torch.autograd.Function):
             local_bar[rows] = matmul(transpose(parents[:, :, :3]), g)  # R_parent^T G
             up = matmul(g[:, :, :3], transpose(local[rows][:, :, :3]))  # G_R R^T
             up = up.addcmul_(g[:, :, 3:], transpose(local[rows][:, :, 3:]))  # + G_p p^T
-            up = torch.cat([up, g[:, :, 3:]], 2)
-            target = total[above]
-            if isinstance(par, slice) and par.stop - par.start == up.shape[0]:
-                target[par].add_(up)
-            elif isinstance(par, slice):
-                target[par].add_(up.sum(0, keepdim=True))
-            else:
-                target.index_add_(0, par, up)
+            add_to_parents(total[above], par, torch.cat([up, g[:, :, 3:]], 2))
         return total[:1], local_bar, None
 
 

@@ -172,6 +172,18 @@ def topology(model: Model) -> Topology:
     return topo
 
 
+
+def add_to_parents(buffer: torch.Tensor, parents, x: torch.Tensor) -> None:
+    """Add the rows of ``x`` (k, ...) into their parents' rows of ``buffer``, in place.
+    ``parents`` as :class:`Topology` stores a level's positions: a slice of k rows (one
+    parent each), a slice of one row (all k siblings into it), or a (k,) index tensor."""
+    if not isinstance(parents, slice):
+        buffer.index_add_(0, parents, x)
+    elif parents.stop - parents.start == x.shape[0]:
+        buffer[parents].add_(x)
+    else:
+        buffer[parents].add_(x.sum(0, keepdim=True))
+
 @dataclass(frozen=True)
 class Chain:
     """The bodies on the path from the base's child down to one body (root side
