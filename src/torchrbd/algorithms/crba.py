@@ -72,9 +72,8 @@ def assemble(model, Mbb, F, S, T=None) -> torch.Tensor:
         # operation) costs more than the rest of the mass matrix.
         right = torch.cat([right, F.transpose(0, 1)], 1)  # (6, N, B)
         entries = topo.mass_matrix_entries
-        if T is None:  # G's base rows are right's: copied, not summed over six products with 0 and 1
-            k = topo.mass_matrix_base_entries
-            base, entries = right.reshape(6 * N, B).index_select(0, entries[:k]), entries[k:]
+        if T is None:  # G's base rows are right's (its first 6N entries): not summed over products with 0 and 1
+            base, entries = right.reshape(6 * N, B), entries[6 * N:]
             left = torch.cat([S, S.new_zeros(1, 6, B)], 0)  # (n+1, 6, B): G's rows from 6 on
             rows = entries // N - 6
         else:
@@ -112,7 +111,8 @@ def _assemble_from_entries(model, Mbb, F, S) -> torch.Tensor:
     time on the per-matrix calls of a library."""
     topo = topology(model)
     n, B = model.n, S.shape[-1]
-    N, K, k = 6 + n, topo.mass_matrix_entries.shape[0], topo.mass_matrix_base_entries
+    N, K = 6 + n, topo.mass_matrix_entries.shape[0]
+    k = 6 * N  # G's base rows: all their entries are distinct, and come first
     a, b = topo.mass_matrix_pairs
     D = S.new_empty(B, K)
     base = D[:, :k].view(B, 6, N)

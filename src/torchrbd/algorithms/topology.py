@@ -49,10 +49,9 @@ class Topology:
       and ``mass_matrix_place``: ((6+n)^2,) where each entry of the inertia is in them.
     * ``mass_matrix_joint_diagonal``: (n,) where the joints' diagonal entries are in
       ``mass_matrix_entries`` (where the armature is added).
-    * ``mass_matrix_base_entries``: how many of ``mass_matrix_entries`` lie in G's six
-      base rows (they come first), and ``mass_matrix_pairs``: (2, k) the coordinates
-      ``(a, b)`` of the entries after them, but G's zero (the last entry, where
-      some coordinates are unrelated).
+    * ``mass_matrix_pairs``: (2, k) the coordinates ``(a, b)`` of the entries after
+      G's base rows (whose 6 (6+n) entries are all distinct and come first), but G's zero
+      (the last entry, where some coordinates are unrelated).
     """
 
     levels: tuple
@@ -69,7 +68,6 @@ class Topology:
     mass_matrix_entries: torch.Tensor
     mass_matrix_place: torch.Tensor
     mass_matrix_joint_diagonal: torch.Tensor
-    mass_matrix_base_entries: int
     mass_matrix_pairs: torch.Tensor
     has_revolute: bool
     has_prismatic: bool
@@ -152,7 +150,6 @@ def _topology(parents: tuple, jtypes: tuple, body_dof: tuple, link_body: tuple, 
         mass_matrix_entries=long(entries),
         mass_matrix_place=long([where[e] for e in index]),
         mass_matrix_joint_diagonal=long([where[i * N + i] for i in range(6, N)]),
-        mass_matrix_base_entries=sum(e < 6 * N for e in entries),
         mass_matrix_pairs=long([[e // N - 6 for e in entries if 6 * N <= e < zero],
                                 [e % N - 6 for e in entries if 6 * N <= e < zero]]),
         has_revolute=JointType.REVOLUTE in jtypes,
