@@ -169,7 +169,6 @@ def topology(model: Model) -> Topology:
     return topo
 
 
-
 def add_to_parents(buffer: torch.Tensor, parents, x: torch.Tensor) -> None:
     """Add the rows of ``x`` (k, ...) into their parents' rows of ``buffer``, in place.
     ``parents`` as :class:`Topology` stores a level's positions: a slice of k rows (one
@@ -180,6 +179,7 @@ def add_to_parents(buffer: torch.Tensor, parents, x: torch.Tensor) -> None:
         buffer[parents].add_(x)
     else:
         buffer[parents].add_(x.sum(0, keepdim=True))
+
 
 @dataclass(frozen=True)
 class Chain:
