@@ -16,7 +16,7 @@ import torch
 
 from .inertia import SpatialInertia
 from .kinematics import Kinematics, dof_subspaces
-from .batchlast import batch_last_grad, gathered_dots, matmul
+from .batchlast import batch_last_grad, gathered_dots, matmul, writes_into_buffers
 from .topology import topology
 
 
@@ -61,7 +61,7 @@ def assemble(model, Mbb, F, S, T=None) -> torch.Tensor:
     else:
         top, right = T.transpose(0, 1), matmul(Mbb, T)
     wants_grad = any(x.requires_grad for x in (Mbb, F, S, T) if x is not None)
-    if T is None and B > 1 and not wants_grad and not torch.compiler.is_compiling():
+    if T is None and B > 1 and writes_into_buffers(Mbb, F, S):  # (eager, no autograd of any kind)
         return _assemble_from_entries(model, Mbb, F, S)
     if torch.compiler.is_compiling() and not wants_grad:
         # Only G's distinct entries (K, a third of G for iCub) as batch-last
