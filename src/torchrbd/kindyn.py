@@ -21,6 +21,7 @@ from .errors import InputError, ModelError
 from .model import Model, load_urdf
 from .algorithms.batchlast import batch_last_grad, to_batch_first
 from .algorithms import forward_dynamics
+from .chunking import in_chunks
 from .spatial import homogeneous
 
 _SPECS = {
@@ -32,6 +33,9 @@ _SPECS = {
     "base_acceleration": (6,),
     "joint_accelerations": ("n",),
 }
+
+
+_tree_sweep = in_chunks(_SPECS)  # long CPU batches without gradients: see torchrbd.chunking
 
 
 class KinDynComputations:
@@ -345,6 +349,7 @@ class KinDynComputations:
         H = homogeneous(to_batch_first(R), to_batch_first(r + pB))
         return H.reshape(*bs, 4, 4)
 
+    @_tree_sweep
     def link_poses(self, base_transform, joint_positions) -> torch.Tensor:
         """world_H_link (..., nlink, 4, 4) for every link, in ``model.link_names`` order."""
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
@@ -419,6 +424,7 @@ class KinDynComputations:
         base = base + rep_.rows_times_T_dot(rep, JX.transpose(0, 1), R, p, nu)
         return self._out(self._chain_scatter(model, kin, base, Jd[6:]), bs)
 
+    @_tree_sweep
     def CoM_position(self, base_transform, joint_positions) -> torch.Tensor:
         """(..., 3) centre of mass in the world frame."""
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
@@ -426,6 +432,7 @@ class KinDynComputations:
         com, _ = alg.center_of_mass(model, kin.R, kin.p)
         return self._out(com + pB, bs)
 
+    @_tree_sweep
     def CoM_jacobian(self, base_transform, joint_positions) -> torch.Tensor:
         """(..., 3, 6+n): CoM velocity in world axes from the generalized velocity
         in the chosen representation (as iDynTree and Pinocchio)."""
@@ -450,6 +457,7 @@ class KinDynComputations:
         Mbb, F, S = alg.mass_matrix_top(model, kin, inertia)
         return alg.assemble(model, Mbb, F, S, T=rep_.base_map(rep, R, p)), inertia
 
+    @_tree_sweep
     def mass_matrix(self, base_transform, joint_positions) -> torch.Tensor:
         """(..., 6+n, 6+n) joint-space inertia (CRBA) in the chosen representation."""
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
@@ -457,6 +465,7 @@ class KinDynComputations:
         M, _ = self._mass_matrix(model, kin, R, p, self._rep)
         return M.reshape(*bs, *M.shape[1:])
 
+    @_tree_sweep
     def centroidal_momentum_matrix(self, base_transform, joint_positions) -> torch.Tensor:
         """(..., 6, 6+n): momentum about the CoM, [linear; angular]; world axes
         (MIXED, INERTIAL) or base axes (BODY_FIXED)."""
@@ -534,12 +543,14 @@ class KinDynComputations:
         kin, R, p = self._state(model, a)
         return model, bs, a, kin, R, p
 
+    @_tree_sweep
     def bias_force(self, base_transform, joint_positions, base_velocity, joint_velocities) -> torch.Tensor:
         """(..., 6+n) h = C(q, nu) nu + G(q)."""
         model, bs, a, kin, R, p = self._velocity_inputs(base_transform, joint_positions, base_velocity, joint_velocities)
         h = self._rnea(model, kin, R, p, self._bl(a["base_velocity"]), self._bl(a["joint_velocities"]))
         return self._out(h, bs)
 
+    @_tree_sweep
     def mass_matrix_and_bias_force(self, base_transform, joint_positions, base_velocity, joint_velocities):
         """``(M, h)`` as :meth:`mass_matrix` and :meth:`bias_force`, sharing one forward
         kinematics (what a simulator step needs)."""
@@ -548,12 +559,14 @@ class KinDynComputations:
         h = self._rnea(model, kin, R, p, self._bl(a["base_velocity"]), self._bl(a["joint_velocities"]), inertia=inertia)
         return M.reshape(*bs, *M.shape[1:]), self._out(h, bs)
 
+    @_tree_sweep
     def coriolis_term(self, base_transform, joint_positions, base_velocity, joint_velocities) -> torch.Tensor:
         """(..., 6+n) C(q, nu) nu (no gravity)."""
         model, bs, a, kin, R, p = self._velocity_inputs(base_transform, joint_positions, base_velocity, joint_velocities)
         h = self._rnea(model, kin, R, p, self._bl(a["base_velocity"]), self._bl(a["joint_velocities"]), gravity=False)
         return self._out(h, bs)
 
+    @_tree_sweep
     def gravity_term(self, base_transform, joint_positions) -> torch.Tensor:
         """(..., 6+n) G(q)."""
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
@@ -562,6 +575,7 @@ class KinDynComputations:
         z6 = torch.zeros(6, q.shape[-1], dtype=q.dtype, device=q.device)
         return self._out(self._rnea(model, kin, R, p, z6, torch.zeros_like(q)), bs)
 
+    @_tree_sweep
     def rnea(
         self, base_transform, joint_positions, base_velocity, joint_velocities,
         base_acceleration, joint_accelerations, external_wrenches=None,
@@ -583,6 +597,7 @@ class KinDynComputations:
         )
         return self._out(tau, bs)
 
+    @_tree_sweep
     def aba(
         self, base_transform, joint_positions, base_velocity, joint_velocities, joint_torques,
         external_wrenches=None,
