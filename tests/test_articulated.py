@@ -94,7 +94,7 @@ def test_large_batches_with_gradients_take_the_sweep_by_default(rng):
     w = t(rng.normal(size=(B, 6 + n)))
     leaves = [v.clone().requires_grad_(True) for v in x]
     a = kd.aba(Hs, *leaves)
-    assert "_SweepBackward" in graph_names(a)
+    assert "_ImplicitBackward" in graph_names(a)
     grads = torch.autograd.grad((a * w).sum(), leaves)
     analytic = sum((g * d).sum(-1) for g, d in zip(grads, dx))
     eps = 1e-6
@@ -170,7 +170,7 @@ def test_sweep_gradients_on_random_trees(sweeps):
             kd.set_frame_velocity_representation(rep)
             leaves = [v.clone().requires_grad_(True) for v in [p] + x]
             a = aba(*leaves)
-            assert "_SweepBackward" in graph_names(a)
+            assert "_ImplicitBackward" in graph_names(a)
             grads = torch.autograd.grad((a * w).sum(), leaves)
             analytic = sum((g * d).sum(-1) for g, d in zip(grads, [dp] + dx))
             eps = 1e-6
@@ -242,7 +242,7 @@ def test_float32_sweep_within_the_documented_bound(sweeps):
 def test_gradients_in_the_parameters_on_the_sweep(sweeps):
     """A mass (set_inertial_parameters), an armature or the gravity that requires grad,
     with the joint positions: the sweep with its implicit backward
-    (``forward_dynamics._Sweep``; the in-place sweep is only for calls without
+    (``forward_dynamics._Implicit``; the in-place sweep is only for calls without
     gradients), the same accelerations as without them, and gradients that match
     finite differences (MuJoCo's walker, which has armatures). (Gravity alone keeps the
     in-place sweep: of a free-floating robot it only moves the base's acceleration, the
@@ -277,7 +277,7 @@ def test_gradients_in_the_parameters_on_the_sweep(sweeps):
     for name, (make, value) in makers.items():  # with the joint positions: gravity alone has the in-place sweep
         value, qg = value.detach().clone().requires_grad_(True), q.clone().requires_grad_(True)
         a = make(value).aba(H, qg, nu, qd, tau)
-        assert "_SweepBackward" in graph_names(a), name
+        assert "_ImplicitBackward" in graph_names(a), name
         close(a.detach(), expected.numpy(), rtol=1e-10)
         scale = a.abs().max().item()
         assert gradcheck(lambda v, q: make(v).aba(H, q, nu, qd, tau) / scale, (value, qg), eps=1e-6, atol=1e-6,

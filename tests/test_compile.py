@@ -233,6 +233,42 @@ def test_compiled_aba_on_the_tree_path(monkeypatch):
     torch.testing.assert_close(small.compiled().aba(H, q, nu, qd, tau), small.aba(H, q, nu, qd, tau), rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("rep", list(torchrbd.Representations), ids=lambda r: r.name)
+def test_compiled_aba_gradients_on_the_tree_path_are_implicit(monkeypatch, rep):
+    """Compiled with gradients where the tree-sparse factorisation is taken (forced for a
+    batch of 3), aba traces ``forward_dynamics._Implicit``: the factorisation and solve
+    without gradients, then one more solve with the kept factor and the RNEA's adjoint
+    sweep as the backward. Its gradients w.r.t. the base pose, base and joint velocities,
+    joint positions and torques of the branched humanoid with armature match finite
+    differences of the compiled function's values."""
+    from torch.autograd import gradcheck
+    from torchrbd.algorithms import forward_dynamics, tree_cholesky
+
+    monkeypatch.setattr(tree_cholesky, "COMPILED_FROM", 1)
+    decided, implicit = [], forward_dynamics.implicit_backward  # (recorded while dynamo traces)
+    monkeypatch.setattr(forward_dynamics, "implicit_backward", lambda *t: decided.append(implicit(*t)) or decided[-1])
+    kd = torchrbd.models.load("humanoid", format="mjcf")
+    assert kd.model.has_armature
+    kd.set_frame_velocity_representation(rep)
+    _, q, nu, qd, tau = _inputs(kd)
+    g = torch.Generator().manual_seed(1)
+    r, p = 0.3 * torch.randn(3, 3, generator=g, dtype=torch.float64), torch.randn(3, 3, generator=g, dtype=torch.float64)
+    torch._dynamo.reset()
+    kc = kd.compiled(backend="eager")
+
+    def f(r, p, q, nu, qd, tau):
+        K = torch.zeros(3, 3, 3, dtype=r.dtype)
+        K[:, 0, 1], K[:, 0, 2], K[:, 1, 2] = -r[:, 2], r[:, 1], -r[:, 0]
+        H = torch.cat([torch.cat([torch.linalg.matrix_exp(K - K.transpose(1, 2)), p[..., None]], 2),
+                       torch.tensor([0.0, 0.0, 0.0, 1.0], dtype=r.dtype).expand(3, 1, 4)], 1)
+        return kc.aba(H, q, nu, qd, tau) / 100
+
+    inputs = tuple(x.clone().requires_grad_() for x in (r, p, q, nu, qd, tau))
+    f(*inputs)
+    assert decided == [True], "the compiled aba with gradients did not take the implicit tree path"
+    assert gradcheck(f, inputs, eps=1e-6, atol=1e-6, rtol=1e-5)
+
+
 def test_compiled_code_reads_the_model_constants_instead_of_rebuilding_them():
     """The compiled copy computes its model's derived constants (index tensors, merged
     body inertias, pose coefficients, chains) before tracing, so the graph takes them

@@ -161,7 +161,7 @@ def test_gradcheck_state(kd, name, rep):
 @pytest.fixture
 def sweep_with_gradients(monkeypatch):
     """aba through the articulated-body sweep with its implicit backward
-    (``forward_dynamics._Sweep``) at every batch size, not only from
+    (``forward_dynamics._Implicit``) at every batch size, not only from
     ``articulated.FROM`` configurations on."""
     from torchrbd.algorithms import articulated
 
@@ -176,7 +176,7 @@ def test_gradcheck_aba_on_the_sweep(kd, rep, sweep_with_gradients):
     x = state(kd.NDoF)
     H = pose(_rot(np.random.default_rng(5)), x["r"], x["p"])
     names = graph_names(kd.aba(H, x["q"].requires_grad_(), x["nu"], x["qd"], x["tau"]))
-    assert "_SweepBackward" in names and "_CRBASolveBackward" not in names, names
+    assert "_ImplicitBackward" in names and "_CRBASolveBackward" not in names, names
     _gradcheck_state(kd, "aba", rep)
 
 
@@ -192,7 +192,7 @@ def test_gradcheck_aba_forces_alone_on_the_sweep(kd, sweep_with_gradients):
     def f(tau, w0):
         return kd.aba(H, x["q"], x["nu"], x["qd"], tau, external_wrenches={FRAMES[0]: w0})
 
-    assert "_SweepBackward" in graph_names(f(*inputs))
+    assert "_ImplicitBackward" in graph_names(f(*inputs))
     assert gradcheck(f, inputs, eps=1e-6, atol=1e-6, rtol=1e-5)
 
 
@@ -440,7 +440,7 @@ def test_aba_on_the_sweep_to_second_order(kd, sweep_with_gradients):
         return kd.aba(H, q, nu, qd, tau) / scale
 
     out = f(*inputs)
-    assert "_SweepBackward" in graph_names(out)
+    assert "_ImplicitBackward" in graph_names(out)
     assert gradcheck(f, inputs, eps=1e-6, atol=1e-6, rtol=1e-5)
     # the first derivatives that the second ones differentiate: those of the implicit rule
     v = torch.randn(out.shape, generator=torch.Generator().manual_seed(4), dtype=out.dtype)

@@ -164,6 +164,16 @@ class Factor:
     D: list
     base: torch.Tensor
 
+    def tensors(self) -> tuple:
+        """Its tensors flattened (what an autograd Function saves), ``Ud``, ``D``, ``base``."""
+        return (*self.Ud, *self.D, self.base)
+
+    @classmethod
+    def from_tensors(cls, flat) -> "Factor":
+        """The factor of its :meth:`tensors`."""
+        k = (len(flat) - 1) // 2
+        return cls(list(flat[:k]), list(flat[k:2 * k]), flat[-1])
+
 
 def sweep(
     model: Model, kin: Kinematics, inertia: SpatialInertia, V0: torch.Tensor, qd: torch.Tensor,

@@ -3,18 +3,21 @@
 
 * Eager, a batch of ``articulated.FROM`` or more: the articulated-body sweep
   (:mod:`.articulated`). Without gradients it runs as it is; with them, through
-  :class:`_Sweep`, whose backward differentiates the equations of motion implicitly.
-* Otherwise (small batches, ``torch.compile``, ``torch.func`` transforms, forward-mode
-  tangents): the CRBA and the RNEA, then ``M^-1`` by a Cholesky factorisation
-  (:func:`solve_mass_matrix`).
+  :class:`_Implicit`, whose backward differentiates the equations of motion implicitly.
+* Compiled, with gradients, where the tree-sparse factorisation of M pays
+  (:func:`~.tree_cholesky.pays_off`): that factorisation inside :class:`_Implicit`,
+  with the same implicit backward.
+* Otherwise (small batches, ``torch.func`` transforms, forward-mode tangents, compiled
+  code without gradients): the CRBA and the RNEA, then ``M^-1`` by a Cholesky
+  factorisation (:func:`solve_mass_matrix`).
 
 The implicit backward: the accelerations solve ``R(theta, a) = RNEA(theta, a) - f = 0``
 (``theta``: the motion subspaces, world inertias, base twist, joint velocities, forces
 and gravity), so ``da = -M^-1 dR/dtheta dtheta``. For a cotangent ``abar`` that is one
-more solve with the sweep's articulated inertias, ``y = M^-1 abar``
-(:func:`~.articulated.solve_again`), then the RNEA's vector-Jacobian product at the
-computed accelerations with cotangent ``-y`` (its adjoint sweep). No mass matrix is
-formed and nothing is differentiated through the sweep's rank-one updates.
+more solve with the factor the forward left (the sweep's articulated inertias, or the
+tree-sparse ``L``), ``y = M^-1 abar``, then the RNEA's vector-Jacobian product at the
+computed accelerations with cotangent ``-y`` (its adjoint sweep). Nothing is
+differentiated through the factorisation or the CRBA.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from .batchlast import has_tangent, plain, to_batch_first, with_rules
 from .crba import assemble, mass_matrix_top
 from .inertia import SpatialInertia
 from .kinematics import Kinematics
-from .rnea import rnea_adjoint, rnea_mixed, rnea_terms
+from .rnea import rnea_adjoint, rnea_from_terms, rnea_mixed, rnea_terms, velocity_terms
 from .solve import spd_solve
 from .topology import topology
 
@@ -41,17 +44,25 @@ def accelerations(model, kin: Kinematics, inertia: SpatialInertia, V0, qd, force
         return articulated.articulated_body(model, kin, inertia, V0, qd, force, gravity)
     armature = model.armature if model.has_armature else None
     inputs = (kin.S, inertia.m, inertia.h, inertia.J, V0, qd, force, gravity, armature)
-    if sweep_with_gradients(*(t for t in inputs if t is not None)):
-        return _Sweep.apply(model, *inputs)
+    if implicit_backward(*(t for t in inputs if t is not None)):
+        return _Implicit.apply(model, *inputs)
     return crba_accelerations(model, kin, inertia, V0, qd, force, gravity)
 
 
-def sweep_with_gradients(*tensors) -> bool:
-    """Whether :class:`_Sweep` computes the accelerations: eager with a gradient wanted
-    (:func:`~.batchlast.with_rules`), plain tensors without forward-mode tangents, and a
-    batch of at least ``articulated.FROM``. iCub, B = 1024, float64, 2 threads, aba
-    forward+backward against the CRBA path: see BENCHMARKS.md."""
-    return (tensors[0].shape[-1] >= articulated.FROM and with_rules(*tensors)
+def implicit_backward(*tensors) -> bool:
+    """Whether :class:`_Implicit` computes the accelerations: a gradient is wanted, and
+
+    * eager: plain tensors without forward-mode tangents (:func:`~.batchlast.with_rules`)
+      and a batch of at least ``articulated.FROM`` (the sweep; iCub, B = 1024, float64,
+      2 threads, aba forward+backward against the CRBA path: see BENCHMARKS.md);
+    * compiled: a batch for the tree-sparse factorisation (:func:`~.tree_cholesky.pays_off`;
+      iCub, B = 1024, 2 threads: 0.75-0.78x the time of autograd through the factorisation
+      and the CRBA, in-process A/B)."""
+    x = tensors[0]
+    if torch.compiler.is_compiling():
+        return (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+                and tree_cholesky.pays_off(x.shape[-1], x.dtype, x.device, compiled=True))
+    return (x.shape[-1] >= articulated.FROM and with_rules(*tensors)
             and all(plain(t) for t in tensors) and not has_tangent(*tensors))
 
 
@@ -79,20 +90,49 @@ def solve_mass_matrix(model, Mbb, F, S, rhs) -> torch.Tensor:
     return tree_cholesky.tree_solve(plan, tree_cholesky.packed_inertia(model, plan, F, S, Mbb), rhs, check=True)
 
 
-class _Sweep(torch.autograd.Function):
-    """The articulated-body sweep's accelerations, differentiable in every input (see the
-    module note): ``S`` (nb, 6, B) the bodies' motion subspaces, the world inertias
-    ``m``, ``h``, ``J``, ``V0``, ``qd``, ``force``, ``gravity`` and the model's
-    ``armature`` (or None). The forward keeps what the RNEA's adjoint sweep needs at the
-    computed accelerations (:func:`~.rnea.rnea_terms`, from the sweep's velocity terms).
-    With ``create_graph`` the backward recomputes the accelerations by the CRBA path
-    inside the graph and differentiates those: exact to every order (the implicit rule
-    holds the accelerations constant)."""
+def _tree_accelerations(model, kin: Kinematics, inertia: SpatialInertia, V0, qd, force, gravity):
+    """:func:`crba_accelerations` by the tree-sparse factorisation, with what
+    :class:`_Implicit` keeps of it: the accelerations (6+n, B), the factor's tensors
+    (:func:`~.tree_cholesky.factor_tensors`) and the RNEA's velocity terms."""
+    Mbb, F, S = mass_matrix_top(model, kin, inertia)
+    velocity = velocity_terms(model, kin, inertia, V0, qd)
+    h = rnea_from_terms(model, kin.S, S, inertia, V0, -gravity, qd, None, velocity)
+    plan = tree_cholesky.tree_plan(model)
+    fac = tree_cholesky.factor(plan, tree_cholesky.packed_inertia(model, plan, F, S, Mbb))
+    tree_cholesky.check_positive(fac)
+    acc = tree_cholesky.solve_factored(plan, fac, (force - h)[:, None])[:, 0]
+    return acc, tree_cholesky.factor_tensors(fac), velocity
+
+
+def _solve_again(model, S, tree: bool, factor: tuple, y: torch.Tensor) -> torch.Tensor:
+    """``M^-1 y`` (6+n, B) with the factor's tensors that :class:`_Implicit`'s forward kept."""
+    if tree:
+        fac = tree_cholesky.factor_from_tensors(factor)
+        return tree_cholesky.solve_factored(tree_cholesky.tree_plan(model), fac, y[:, None])[:, 0]
+    return articulated.solve_again(model, S, articulated.Factor.from_tensors(factor), y)
+
+
+class _Implicit(torch.autograd.Function):
+    """The accelerations, differentiable in every input (see the module note): ``S``
+    (nb, 6, B) the bodies' motion subspaces, the world inertias ``m``, ``h``, ``J``,
+    ``V0``, ``qd``, ``force``, ``gravity`` and the model's ``armature`` (or None).
+    Eager the forward is the articulated-body sweep; under ``torch.compile`` the CRBA
+    and the tree-sparse factorisation of M (which inductor runs faster than the sweep).
+    It keeps its factor and what the RNEA's adjoint sweep needs at the computed
+    accelerations (:func:`~.rnea.rnea_terms`, from the forward's velocity terms).
+    With ``create_graph`` (eager) the backward recomputes the accelerations by the CRBA
+    path inside the graph and differentiates those: exact to every order (the implicit
+    rule holds the accelerations constant)."""
 
     @staticmethod
     def forward(ctx, model, S, m, h, J, V0, qd, force, gravity, armature):
-        inertia = SpatialInertia(m, h, J)
-        acc, factor, velocity = articulated.sweep(model, Kinematics(None, None, S), inertia, V0, qd, force, gravity)
+        inertia, kin = SpatialInertia(m, h, J), Kinematics(None, None, S)
+        ctx.tree = torch.compiler.is_compiling()
+        if ctx.tree:
+            acc, factor, velocity = _tree_accelerations(model, kin, inertia, V0, qd, force, gravity)
+        else:
+            acc, sweep_factor, velocity = articulated.sweep(model, kin, inertia, V0, qd, force, gravity)
+            factor = sweep_factor.tensors()
         A0 = acc[:6] - gravity
         # the RNEA's inputs that need a gradient (gravity through A0); none for the forces alone
         need = ctx.needs_input_grad[1:]
@@ -100,14 +140,15 @@ class _Sweep(torch.autograd.Function):
         if "S" in ctx.rnea_need:
             ctx.rnea_need.add("S_dof")
         terms = rnea_terms(model, S, m, h, J, V0, A0, qd, acc[6:], velocity) if ctx.rnea_need else ()
-        ctx.model, ctx.factor = model, factor
-        ctx.save_for_backward(S, m, h, J, V0, qd, force, gravity, armature, acc, A0, *terms)
+        ctx.model, ctx.n_terms = model, len(terms)
+        ctx.save_for_backward(S, m, h, J, V0, qd, force, gravity, armature, acc, A0, *terms, *factor)
         return acc
 
     @staticmethod
     def backward(ctx, abar):
         model = ctx.model
-        S, m, h, J, V0, qd, force, gravity, armature, acc, A0, *terms = ctx.saved_tensors
+        S, m, h, J, V0, qd, force, gravity, armature, acc, A0, *rest = ctx.saved_tensors
+        terms, factor = rest[:ctx.n_terms], rest[ctx.n_terms:]
         inputs = (S, m, h, J, V0, qd, force, gravity, armature)
         need = ctx.needs_input_grad[1:]
         if torch.is_grad_enabled():  # double backward
@@ -117,7 +158,7 @@ class _Sweep(torch.autograd.Function):
             grads = iter(torch.autograd.grad(with_graph, wanted, abar, create_graph=True, allow_unused=True))
             return None, *(next(grads) if n else None for n in need)
         # R = RNEA(acc) (+ armature qdd) - force, A0 = acc_base - gravity; cotangent -M^-1 abar
-        y = articulated.solve_again(model, S, ctx.factor, abar)
+        y = _solve_again(model, S, ctx.tree, factor, abar)
         qdd = acc[6:]
         g = rnea_adjoint(model, S, None, m, h, J, V0, A0, qd, qdd, terms, y.neg(), ctx.rnea_need) if terms else {}
         if "S" in g:

@@ -114,6 +114,13 @@ def _velocity_terms(model, S, inertia: SpatialInertia, V0, qd):
     return V, Sqd, motion_cross(V, Sqd), IV, force_cross(V, IV)
 
 
+def rnea_from_terms(model, S, S_dof, inertia: SpatialInertia, V0, A0, qd, qdd, velocity):
+    """:func:`rnea_mixed` without body wrenches (and without its backward rule), given the
+    :func:`velocity_terms` ``velocity`` of these inputs; ``S`` (nb, 6, B) and ``S_dof``
+    (n, 6, B) the bodies' and the coordinates' motion subspaces."""
+    return _forward_sweeps(model, S, S_dof, inertia.m, inertia.h, inertia.J, V0, A0, qd, qdd, None, velocity)[0]
+
+
 def rnea_terms(model, S, m, h, J, V0, A0, qd, qdd, velocity):
     """What :func:`rnea_adjoint` needs of the RNEA at these inputs (``S`` (nb, 6, B) the
     bodies' motion subspaces, the others as for :func:`rnea_mixed`), given their

@@ -323,9 +323,28 @@ def solve_factored(plan: TreePlan, fac: list, b: torch.Tensor) -> torch.Tensor:
     return solve_lower(plan, fac, solve_upper(plan, fac, b))
 
 
-def _pairs(flat) -> list:
-    """The factor of :func:`factor` from its tensors flattened as ``_TreeSolve`` returns them."""
+def factor_tensors(fac: list) -> tuple:
+    """The tensors of a :func:`factor`, flattened (``(inv, row)`` per level)."""
+    return tuple(t for pair in fac for t in pair)
+
+
+def factor_from_tensors(flat) -> list:
+    """The factor of :func:`factor` from its :func:`factor_tensors`."""
     return list(zip(flat[0::2], flat[1::2]))
+
+
+def check_positive(fac: list) -> None:
+    """Raise ``torch.linalg.LinAlgError`` (as LAPACK's Cholesky) when a pivot of the
+    factor ``fac`` was not positive (inf or NaN in its ``1 / L_ii``); under
+    ``torch.compile`` a traced test, no graph break. Not checked inside ``torch.func``
+    transforms, where the test would be data-dependent control flow."""
+    if not fac:
+        return
+    finite = torch.cat([inv.reshape(-1) for inv, _ in fac]).isfinite().all()
+    if torch.compiler.is_compiling():
+        torch._assert_async(finite, NOT_PD)
+    elif plain(fac[0][0]) and not bool(finite):
+        raise torch.linalg.LinAlgError(NOT_PD)
 
 
 class _TreeSolve(torch.autograd.Function):
@@ -341,7 +360,7 @@ class _TreeSolve(torch.autograd.Function):
     @staticmethod
     def forward(plan, packed, b):
         fac = factor(plan, packed)
-        return (solve_factored(plan, fac, b), *(t for pair in fac for t in pair))
+        return (solve_factored(plan, fac, b), *factor_tensors(fac))
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -354,7 +373,7 @@ class _TreeSolve(torch.autograd.Function):
     @staticmethod
     def backward(ctx, gx, *_):
         plan, (packed, x, *flat) = ctx.plan, ctx.saved_tensors
-        fac = factor(plan, packed) if torch.is_grad_enabled() else _pairs(flat)
+        fac = factor(plan, packed) if torch.is_grad_enabled() else factor_from_tensors(flat)
         gb = solve_factored(plan, fac, gx)
         r, c = plan.entry_row, plan.entry_col
         g_packed = gb.index_select(0, r) * x.index_select(0, c) + gb.index_select(0, c) * x.index_select(0, r)
@@ -372,7 +391,7 @@ def _tree_jvp(ctx, _d_plan, d_packed, d_b):
         dw = (d_packed * plan.entry_weight[:, None])[:, None]
         rhs = rhs - x.new_zeros(x.shape).index_add(0, r, dw * x.index_select(0, c)).index_add(
             0, c, dw * x.index_select(0, r))
-    dx = solve_factored(plan, _pairs(flat), rhs)
+    dx = solve_factored(plan, factor_from_tensors(flat), rhs)
     return (dx, *(None for _ in flat))
 
 
@@ -419,16 +438,12 @@ def tree_solve(plan: TreePlan, packed: torch.Tensor, b: torch.Tensor, check: boo
     b3 = b[:, None] if one else b
     if torch.is_grad_enabled() and (packed.requires_grad or b.requires_grad):
         x, *flat = traceable(_TreeSolve, _TreeSolveJvp).apply(plan, packed, b3)
-        inv = flat[0::2]
+        fac = factor_from_tensors(flat)
     else:
         fac = factor(plan, packed)
-        x, inv = solve_factored(plan, fac, b3), [i for i, _ in fac]
-    if check and inv:
-        finite = torch.cat([i.reshape(-1) for i in inv]).isfinite().all()
-        if torch.compiler.is_compiling():  # a traced test, no graph break
-            torch._assert_async(finite, NOT_PD)
-        elif plain(inv[0]) and not bool(finite):
-            raise torch.linalg.LinAlgError(NOT_PD)
+        x = solve_factored(plan, fac, b3)
+    if check:
+        check_positive(fac)
     return x[:, 0] if one else x
 
 
