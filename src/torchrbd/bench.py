@@ -13,6 +13,7 @@ import os
 import platform
 import statistics
 import time
+import warnings
 
 import numpy as np
 import torch
@@ -127,6 +128,8 @@ def torchrbd_cases(path, joints, frame, B, dtype, device, compile_=False, python
 
     kd = KinDynComputations(path, joints)
     if compile_:
+        # torch's own deprecation notice, printed by inductor while it compiles, would cut into the table
+        warnings.filterwarnings("ignore", message=r".*torch\._prims_common\.check.* is deprecated", category=FutureWarning)
         kd = kd.compiled(**({"options": {"cpp_wrapper": False}} if python_wrapper else {}))
     H, q, nu, qd, tau = inputs(kd.NDoF, B, dtype, device)
     qg, qdg, taug = (x.clone().requires_grad_(True) for x in (q, qd, tau))
