@@ -71,19 +71,19 @@ def assemble(model, Mbb, F, S, T=None) -> torch.Tensor:
         # (N, N, B) view whose batch-first copy (for a Cholesky, or the user's next
         # operation) costs more than the rest of the mass matrix.
         right = torch.cat([right, F.transpose(0, 1)], 1)  # (6, N, B)
-        entries = topo.mass_matrix_entries
-        if T is None:  # G's base rows are right's (its first 6N entries): not summed over products with 0 and 1
-            base, entries = right.reshape(6 * N, B), entries[6 * N:]
-            left = torch.cat([S, S.new_zeros(1, 6, B)], 0)  # (n+1, 6, B): G's rows from 6 on
-            rows = entries // N - 6
+        # G's base rows in the internal representation are right's (its first 6N entries):
+        # copied, not summed over products with 0 and 1
+        k = 6 * N if T is None else 0
+        entries = topo.mass_matrix_entries[k:]
+        if T is None:
+            left, rows = torch.cat([S, S.new_zeros(1, 6, B)], 0), entries // N - 6  # (n+1, 6, B): G's rows from 6 on
         else:
             left, rows = torch.cat([top, S, S.new_zeros(1, 6, B)], 0), entries // N  # (N+1, 6, B)
         D = (left.index_select(0, rows) * right.index_select(1, entries % N).transpose(0, 1)).sum(1)
-        if T is None:
-            D = torch.cat([base, D])
         if model.has_armature:  # rotor inertia on the joints' diagonal
-            D = D.index_add(0, topo.mass_matrix_joint_diagonal, model.armature[:, None].expand(n, B))
-        D = D.transpose(0, 1).contiguous()  # (B, K)
+            D = D.index_add(0, topo.mass_matrix_joint_diagonal - k, model.armature[:, None].expand(n, B))
+        # (B, K), each part transposed straight into its columns
+        D = torch.cat([right.reshape(k, B).t(), D.t()], 1) if k else D.t().contiguous()
         # as_strided makes inductor write D's transpose to memory (a tiled copy) before
         # the gather; fused, the gather read D column-wise, one cache line per entry
         # (iCub, B = 1024: 0.63 against 1.46 ms for these lines alone). A no-op eager.
