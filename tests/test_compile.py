@@ -269,6 +269,30 @@ def test_compiled_aba_gradients_on_the_tree_path_are_implicit(monkeypatch, rep):
     assert gradcheck(f, inputs, eps=1e-6, atol=1e-6, rtol=1e-5)
 
 
+def test_compiled_aba_gradients_on_the_tree_path_follow_the_inertial_parameters(monkeypatch):
+    """The implicit backward of compiled aba (tree path forced for a batch of 3) also
+    differentiates the inertial parameters: d|a|^2 / d(mass, com, inertia) equal the
+    eager dense path's (a different algorithm: CRBA, LAPACK, ``crba_solve``'s backward).
+    The inertias' gradients are compared by their symmetric parts: an antisymmetric
+    perturbation of an inertia has no physical meaning, and the two paths read it
+    differently."""
+    from torchrbd.algorithms import tree_cholesky
+
+    monkeypatch.setattr(tree_cholesky, "COMPILED_FROM", 1)
+    torch._dynamo.reset()
+    results = []
+    for compiled in (False, True):
+        kd = torchrbd.models.load("humanoid", format="mjcf")
+        k = kd.compiled(backend="eager") if compiled else kd
+        H, q, nu, qd, tau = _inputs(kd)
+        p = {name: v.detach().clone().requires_grad_() for name, v in kd.get_inertial_parameters().items()}
+        k.set_inertial_parameters(mass=p["mass"], com=p["com"], inertia=p["inertia"])
+        a = k.aba(H, q, nu, qd, tau)
+        mass, com, inertia = torch.autograd.grad(a.square().sum(), [p["mass"], p["com"], p["inertia"]])
+        results.append((a.detach(), mass, com, 0.5 * (inertia + inertia.transpose(-1, -2))))
+    torch.testing.assert_close(results[1], results[0], rtol=1e-10, atol=1e-10)
+
+
 def test_compiled_code_reads_the_model_constants_instead_of_rebuilding_them():
     """The compiled copy computes its model's derived constants (index tensors, merged
     body inertias, pose coefficients, chains) before tracing, so the graph takes them
