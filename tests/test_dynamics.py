@@ -80,3 +80,38 @@ def test_aba_external_wrenches(robot, rng, rep):
         Mp = robot.pin.mass_matrix(rep, Hs[b], q[b])
         hp = robot.pin.rnea(rep, Hs[b], q[b], nu[b], qd[b], np.zeros(6), np.zeros(robot.n))
         close(Mp @ a[b].numpy() + hp, rhs[b].numpy(), rtol=1e-8)
+
+
+@pytest.mark.parametrize("rep", REPRESENTATIONS, ids=REP_IDS)
+def test_long_batches_match_pinocchio(robot, rng, rep):
+    """A batch of 64 takes the eager long-batch code (products written into buffers, see
+    ``batchlast.writes_into_buffers``): every configuration against Pinocchio, with and
+    without ``torch.no_grad`` and with the velocities requiring grad (the autograd path)."""
+    robot.kd.set_frame_velocity_representation(rep)
+    B = 64
+    Hs, q, nu, qd = sample(robot, rng, B)
+    nud, qdd, tau = rng.normal(size=(B, 6)), rng.normal(size=(B, robot.n)), rng.normal(size=(B, robot.n))
+    t = lambda x: torch.tensor(x)  # noqa: E731
+    kd = robot.kd
+    with torch.no_grad():
+        M = kd.mass_matrix(t(Hs), t(q))
+        A = kd.centroidal_momentum_matrix(t(Hs), t(q))
+        C = kd.coriolis_term(t(Hs), t(q), t(nu), t(qd))
+        G = kd.gravity_term(t(Hs), t(q))
+        f = kd.rnea(t(Hs), t(q), t(nu), t(qd), t(nud), t(qdd))
+        a = kd.aba(t(Hs), t(q), t(nu), t(qd), t(tau))
+    h = kd.bias_force(t(Hs), t(q), t(nu), t(qd))  # grad mode on, nothing requires grad
+    qd_g = t(qd).requires_grad_()
+    h_g = kd.bias_force(t(Hs), t(q), t(nu), qd_g)
+    assert h_g.requires_grad
+    z6, zn = np.zeros(6), np.zeros(robot.n)
+    for b in range(B):
+        close(M[b], robot.pin.mass_matrix(rep, Hs[b], q[b]))
+        close(A[b], robot.pin.centroidal(rep, Hs[b], q[b]))
+        hp = robot.pin.rnea(rep, Hs[b], q[b], nu[b], qd[b], z6, zn)
+        close(h[b], hp)
+        close(h_g[b], hp)
+        close(C[b], robot.pin.rnea(rep, Hs[b], q[b], nu[b], qd[b], z6, zn, gravity=False))
+        close(G[b], robot.pin.rnea(rep, Hs[b], q[b], z6, zn, z6, zn))
+        close(f[b], robot.pin.rnea(rep, Hs[b], q[b], nu[b], qd[b], nud[b], qdd[b]))
+        close(a[b], robot.pin.aba(rep, Hs[b], q[b], nu[b], qd[b], tau[b]), rtol=1e-8)

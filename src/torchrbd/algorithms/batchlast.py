@@ -190,11 +190,37 @@ def cross(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return _cross_values(a, b)
 
 
+def _broadcast_shape(s: torch.Size, t: torch.Size) -> tuple:
+    """The broadcast of two valid shapes (``torch.broadcast_shapes`` costs tens of us)."""
+    if len(s) < len(t):
+        s, t = t, s
+    t = (1,) * (len(s) - len(t)) + tuple(t)
+    return tuple(a if b == 1 else b for a, b in zip(s, t))
+
+
 def _cross_values(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     a0, a1, a2 = a.unbind(-2)
     b0, b1, b2 = b.unbind(-2)
+    if a.dtype == b.dtype and writes_into_buffers(a, b):
+        out = a.new_empty(_broadcast_shape(a.shape, b.shape))
+        o0, o1, o2 = out.unbind(-2)
+        torch.mul(a1, b2, out=o0).addcmul_(a2, b1, value=-1)
+        torch.mul(a2, b0, out=o1).addcmul_(a0, b2, value=-1)
+        torch.mul(a0, b1, out=o2).addcmul_(a1, b0, value=-1)
+        return out
     return torch.stack([(a1 * b2).addcmul_(a2, b1, value=-1), (a2 * b0).addcmul_(a0, b2, value=-1),
                         (a0 * b1).addcmul_(a1, b0, value=-1)], -2)
+
+
+def cross_add_(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``out += a x b`` in place for (..., 3, B) vectors, two multiply-adds per component
+    (no product made first and added after: a fifth fewer bytes moved). For fresh
+    buffers outside autograd (see :func:`writes_into_buffers`)."""
+    (a0, a1, a2), (b0, b1, b2), (o0, o1, o2) = a.unbind(-2), b.unbind(-2), out.unbind(-2)
+    o0.addcmul_(a1, b2).addcmul_(a2, b1, value=-1)
+    o1.addcmul_(a2, b0).addcmul_(a0, b2, value=-1)
+    o2.addcmul_(a0, b1).addcmul_(a1, b0, value=-1)
+    return out
 
 
 def cross_sum(*pairs) -> torch.Tensor:

@@ -19,7 +19,10 @@ import torch
 
 from ..model.model import Model
 from ..spatial import matvec
-from .batchlast import const_matmul, cross, halves, has_tangent, mask_sum, matmul, mv, pair, pieces, plain, with_rules
+from .batchlast import (
+    const_matmul, cross, cross_add_, halves, has_tangent, mask_sum, matmul, mv, pair, pieces, plain, with_rules,
+    writes_into_buffers,
+)
 from .kinematics import Kinematics
 from .topology import _uncached, model_cached, topology
 
@@ -32,8 +35,47 @@ class SpatialInertia:
     h: torch.Tensor
     J: torch.Tensor
 
-    def apply(self, x: torch.Tensor) -> torch.Tensor:
-        """I x for twists x (k, 6, B) -> momenta / forces (k, 6, B)."""
+    def apply(self, x: torch.Tensor, add_to: torch.Tensor | None = None) -> torch.Tensor:
+        """I x for twists x (k, 6, B) -> momenta / forces (k, 6, B). ``add_to``: a
+        (k, 6, B) buffer of the caller's own, to which I x is added in place (and which is
+        returned) where :meth:`_apply_into` runs; otherwise ``I x + add_to``."""
+        if self._into(x, add_to):
+            return self._apply_into(x, add_to)
+        y = self._apply(x)
+        return y if add_to is None else y + add_to
+
+    def _into(self, x: torch.Tensor, add_to) -> bool:
+        """Whether :meth:`_apply_into` may run: a long batch of plain (k, 6, B) twists
+        outside autograd (:func:`~.batchlast.writes_into_buffers`), one dtype, nothing to
+        broadcast but the mass."""
+        m, h, J = self.m, self.h, self.J
+        k, B = h.shape[0], h.shape[-1]
+        return (B >= 64 and x.shape == (k, 6, B) and J.shape == (k, 3, 3, B) and m.shape == (k, 1)
+                and (add_to is None or add_to.shape == x.shape)
+                and x.dtype == h.dtype == J.dtype == m.dtype and writes_into_buffers(x, h, J))
+
+    def _apply_into(self, x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+        """:meth:`apply` written component by component into one buffer (``out`` if
+        given, accumulated): ``[m x_l + x_a x h; J x_a + h x x_l]``, no products made
+        first and then concatenated (about a fifth fewer bytes moved)."""
+        xl, xa = halves(x)
+        fresh = out is None
+        out = x.new_empty(x.shape) if fresh else out
+        ol, oa = halves(out)
+        m = self.m[:, :, None]  # (k, 1, 1)
+        Jc, xc = self.J.unbind(2), xa.split_with_sizes([1, 1, 1], 1)  # J's columns (k, 3, B), x_a's rows (k, 1, B)
+        if fresh:
+            torch.mul(m, xl, out=ol)
+            torch.mul(Jc[0], xc[0], out=oa)
+        else:
+            ol.addcmul_(m, xl)
+            oa.addcmul_(Jc[0], xc[0])
+        oa.addcmul_(Jc[1], xc[1]).addcmul_(Jc[2], xc[2])
+        cross_add_(ol, xa, self.h)
+        cross_add_(oa, self.h, xl)
+        return out
+
+    def _apply(self, x: torch.Tensor) -> torch.Tensor:
         xl, xa = halves(x)
         h_xl, h_xa = cross(self.h[:, None], pair(x)).unbind(1)  # both halves in one product
         return torch.cat([self.m[:, None] * xl - h_xa, h_xl + mv(self.J, xa)], 1)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from .batchlast import cross, cross_sum, halves, has_tangent, mask_sum, pair, plain, with_rules
+from .batchlast import (
+    cross, cross_add_, cross_sum, halves, has_tangent, mask_sum, pair, plain, with_rules, writes_into_buffers,
+)
 from .inertia import SpatialInertia
 from .kinematics import Kinematics, dof_subspaces, per_body
 from .topology import model_cached, topology
@@ -19,24 +21,28 @@ from .topology import model_cached, topology
 def motion_cross(V, m):
     """``V x m = [w x m_l + v x m_a; w x m_a]`` for twists (k, 6, B)."""
     (v, w), (_, ma) = halves(V), halves(m)
-    return _plus_half(cross(w[:, None], pair(m)), 0, cross(v, ma))
+    return _plus_half(cross(w[:, None], pair(m)), 0, v, ma)
 
 
 def force_cross(V, f):
     """``V x* f = [w x f_l; w x f_a + v x f_l]`` for a twist and a wrench (k, 6, B)."""
     (v, w), (fl, _) = halves(V), halves(f)
-    return _plus_half(cross(w[:, None], pair(f)), 1, cross(v, fl))
+    return _plus_half(cross(w[:, None], pair(f)), 1, v, fl)
 
 
-def _plus_half(pairs, half: int, x):
-    """(k, 2, 3, B) ``pairs`` with ``x`` added to one half, as (k, 6, B) 6-vectors.
-    Without gradients, added in place into the fresh product (no concatenation); with
-    them (eager), unbound and concatenated, whose backward is one split."""
-    if with_rules(pairs, x):
+def _plus_half(pairs, half: int, a, b):
+    """(k, 2, 3, B) ``pairs`` with ``a x b`` added to one half, as (k, 6, B) 6-vectors.
+    Without gradients, added in place into the fresh product (eager long batches: by
+    multiply-adds, :func:`~.batchlast.cross_add_`, no product made first); with them
+    (eager), unbound and concatenated, whose backward is one split."""
+    if with_rules(pairs, a, b):
         parts = list(pairs.unbind(1))
-        parts[half] = parts[half] + x
+        parts[half] = parts[half] + cross(a, b)
         return torch.cat(parts, 1)
-    pairs.select(1, half).add_(x)
+    if pairs.shape[-1] >= 64 and pairs.shape[1:] == (2, 3, a.shape[-1]) and writes_into_buffers(pairs, a, b):
+        cross_add_(pairs.select(1, half), a, b)
+    else:
+        pairs.select(1, half).add_(cross(a, b))
     return pairs.view(pairs.shape[0], 6, *pairs.shape[3:])
 
 
@@ -90,7 +96,8 @@ def _forward_sweeps(model, S, S_dof, m, h, J, V0, A0, qd, qdd, body_wrenches, ve
     if qdd is not None:
         dA = torch.addcmul(dA, S, per_body(model, qdd)[:, None])
     A = mask_sum(topo.ancestor, dA, add=A0)
-    f = inertia.apply(A) + VxIV
+    # I A + V x* I V: added into V x* I V where it is this call's own
+    f = inertia.apply(A, add_to=VxIV) if velocity is None else inertia.apply(A) + VxIV
     if body_wrenches is not None:
         f = f - body_wrenches
     F = mask_sum(topo.subtrees, f)  # the total wrench, then one per coordinate's subtree
