@@ -49,6 +49,32 @@ def test_jacobian(robot, rng, rep):
 
 
 @pytest.mark.parametrize("rep", REPRESENTATIONS, ids=lambda r: r.name)
+def test_long_batch_jacobians(robot, rng, rep):
+    """A batch of 64 (the batch-last products, which short batches replace by library
+    calls) without autograd: every frame's Jacobian and one Jacobian rate, configuration
+    by configuration, against Pinocchio; and the same values with the joint positions
+    requiring grad (the products' autograd Functions)."""
+    robot.kd.set_frame_velocity_representation(rep)
+    B = 64
+    Hs, q, nu, qd = sample(robot, rng, B)
+    t = torch.tensor
+    for frame in robot.frames:
+        with torch.no_grad():
+            J = robot.kd.jacobian(frame, t(Hs), t(q))
+        assert J.shape == (B, 6, 6 + robot.n) and J.is_contiguous()
+        for b in range(B):
+            close(J[b], robot.pin.jacobian(rep, frame, Hs[b], q[b]))
+        J_g = robot.kd.jacobian(frame, t(Hs), t(q).requires_grad_())
+        assert J_g.requires_grad or robot.kd.model.frame(frame)[0] == 0  # (a frame on the base moves with no joint)
+        torch.testing.assert_close(J_g.detach(), J, rtol=1e-12, atol=1e-12)
+    frame = robot.frames[-1]
+    with torch.no_grad():
+        Jd = robot.kd.jacobian_dot(frame, t(Hs), t(q), t(nu), t(qd))
+    for b in range(B):
+        close(Jd[b], robot.pin.jacobian_dot(rep, frame, Hs[b], q[b], nu[b], qd[b]))
+
+
+@pytest.mark.parametrize("rep", REPRESENTATIONS, ids=lambda r: r.name)
 def test_jacobian_dot(robot, rng, rep):
     robot.kd.set_frame_velocity_representation(rep)
     Hs, q, nu, qd = sample(robot, rng, 2)
