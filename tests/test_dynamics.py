@@ -82,13 +82,15 @@ def test_aba_external_wrenches(robot, rng, rep):
         close(Mp @ a[b].numpy() + hp, rhs[b].numpy(), rtol=1e-8)
 
 
+@pytest.mark.parametrize("B", [1, 64])
 @pytest.mark.parametrize("rep", REPRESENTATIONS, ids=REP_IDS)
-def test_long_batches_match_pinocchio(robot, rng, rep):
+def test_batch_sizes_with_their_own_code_match_pinocchio(robot, rng, rep, B):
     """A batch of 64 takes the eager long-batch code (products written into buffers, see
-    ``batchlast.writes_into_buffers``): every configuration against Pinocchio, with and
-    without ``torch.no_grad`` and with the velocities requiring grad (the autograd path)."""
+    ``batchlast.writes_into_buffers``), a batch of one the dense 6x6 products and the
+    pointer-jumping kinematics (``batchlast.one_dense``): every configuration against
+    Pinocchio, under ``torch.no_grad``, in grad mode with nothing requiring grad, and
+    with the velocities requiring grad."""
     robot.kd.set_frame_velocity_representation(rep)
-    B = 64
     Hs, q, nu, qd = sample(robot, rng, B)
     nud, qdd, tau = rng.normal(size=(B, 6)), rng.normal(size=(B, robot.n)), rng.normal(size=(B, robot.n))
     t = lambda x: torch.tensor(x)  # noqa: E731

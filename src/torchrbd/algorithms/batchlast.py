@@ -70,6 +70,14 @@ def writes_into_buffers(*tensors) -> bool:
             and all(plain(t) for t in tensors) and not has_tangent(*tensors))
 
 
+def one_dense(*tensors) -> bool:
+    """Whether spatial products take their dense 6x6 form, one library product each
+    (``bmm`` with the matrices of the bodies): eager, and a batch of one, where
+    each operator's fixed cost is the whole cost (the component-wise products of long
+    batches take several operators each)."""
+    return all(t.shape[-1] == 1 for t in tensors) and not torch.compiler.is_compiling()
+
+
 def with_rules(*operands) -> bool:
     """Whether a product goes through its Function with hand-written rules: eager mode
     (dynamo cannot trace a Function with a ``jvp``; inductor differentiates the

@@ -13,15 +13,15 @@ parameters, and no division by a mass ever happens (massless bodies are fine).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from ..model.model import Model
 from ..spatial import matvec
 from .batchlast import (
-    const_matmul, cross, cross_add_, halves, has_tangent, mask_sum, matmul, mv, pair, pieces, plain, with_rules,
-    writes_into_buffers,
+    const_matmul, cross, cross_add_, halves, has_tangent, mask_sum, matmul, mv, one_dense, pair, pieces, plain,
+    with_rules, writes_into_buffers,
 )
 from .kinematics import Kinematics
 from .topology import _uncached, model_cached, topology
@@ -34,6 +34,7 @@ class SpatialInertia:
     m: torch.Tensor
     h: torch.Tensor
     J: torch.Tensor
+    _one: torch.Tensor | None = field(default=None, repr=False, compare=False)  # see matrix_one
 
     def apply(self, x: torch.Tensor, add_to: torch.Tensor | None = None) -> torch.Tensor:
         """I x for twists x (k, 6, B) -> momenta / forces (k, 6, B). ``add_to``: a
@@ -41,8 +42,20 @@ class SpatialInertia:
         returned) where :meth:`_apply_into` runs; otherwise ``I x + add_to``."""
         if self._into(x, add_to):
             return self._apply_into(x, add_to)
+        if one_dense(x, self.h) and x.shape[0] == self.h.shape[0]:
+            # a batch of one: one library product with the 6x6 matrices (x is (k, 6, 1),
+            # a column each), made once per inertia and kept for its next product
+            I6 = self.matrix_one()
+            return torch.bmm(I6, x) if add_to is None else torch.baddbmm(add_to, I6, x)
         y = self._apply(x)
         return y if add_to is None else y + add_to
+
+    def matrix_one(self) -> torch.Tensor:
+        """(k, 6, 6) the dense matrices of a batch of one (:meth:`matrix`), made on first
+        use and kept on this object."""
+        if self._one is None:
+            self._one = self.matrix()[..., 0]
+        return self._one
 
     def _into(self, x: torch.Tensor, add_to) -> bool:
         """Whether :meth:`_apply_into` may run: a long batch of plain (k, 6, B) twists

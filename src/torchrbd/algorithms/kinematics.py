@@ -196,8 +196,39 @@ def body_pose_rows(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: 
     if topo.unsort is None and X0.dim() == 4 and with_rules(X0, local) and plain(X0) and plain(local) \
             and not has_tangent(X0, local):
         return _PoseRows.apply(X0, local, topo)
+    if X0.dim() == 3 and not torch.compiler.is_compiling():
+        return _pose_rows_by_jumps(model, X0, local).unsqueeze(-1)
     X = unsqueeze(_compose_levels(topo, X0, local, step))
     return X if topo.unsort is None else X[topo.unsort]
+
+
+def _pose_rows_by_jumps(model: Model, X0: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
+    """(nb, 3, 4) world poses of a batch of one by pointer jumping: with ``T_i`` body i's
+    pose relative to its ``2^k``-th ancestor, ``T_i <- T_anc(i) T_i`` doubles the span,
+    so ``ceil(log2(depth + 1))`` steps of one gather and one ``bmm`` each (three for
+    iCub's seven levels) replace a step per level. ``X0`` (1, 3, 4) the base pose,
+    ``local`` (nb, 4, 4) the joints' transforms (row 0, the base's, is not used)."""
+    jumps, rows = _pose_jumps(model)
+    T = torch.cat([torch.cat([X0, rows[:1, 3:]], 1), local[1:], rows])  # + an identity row: "above the base"
+    for ancestors in jumps:
+        T = torch.bmm(T.index_select(0, ancestors), T)
+    return T[:-1, :3]
+
+
+def _pose_jumps(model: Model):
+    """What :func:`_pose_rows_by_jumps` needs: per step, the (nb+1,) index of each
+    row's ``2^k``-th ancestor (the identity row, index nb, past the base and for
+    itself), and that (1, 4, 4) identity."""
+    def make():
+        parent = [int(p) for p in model.body_parent]
+        nb = len(parent)
+        up = [nb] + parent[1:] + [nb]
+        steps = []
+        while any(a != nb for a in up):
+            steps.append(torch.tensor(up, device=model.body_rot.device))
+            up = [up[a] for a in up]
+        return steps, torch.eye(4, dtype=model.body_rot.dtype, device=model.body_rot.device)[None]
+    return model_cached(model, "_pose_jumps", make)
 
 
 def _compose_levels(topo, X0: torch.Tensor, local: torch.Tensor, step) -> torch.Tensor:

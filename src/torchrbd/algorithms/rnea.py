@@ -8,10 +8,13 @@ over each body's support and the backward pass a masked sum over its subtree:
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .batchlast import (
-    cross, cross_add_, cross_sum, halves, has_tangent, mask_sum, pair, plain, with_rules, writes_into_buffers,
+    cross, cross_add_, cross_sum, halves, has_tangent, mask_sum, one_dense, pair, plain, with_rules,
+    writes_into_buffers,
 )
 from .inertia import SpatialInertia
 from .kinematics import Kinematics, dof_subspaces, per_body
@@ -66,6 +69,23 @@ def _twists(model, S, V0, qd):
     return mask_sum(topology(model).ancestor, Sqd, add=V0), Sqd
 
 
+@functools.lru_cache(maxsize=8)
+def _cross_entries(device: str) -> torch.Tensor:
+    """(36,) where each entry of ``V x`` sits in the values ``(0, v, w, -v, -w)`` of
+    :func:`motion_cross_matrices` (row-major; ``[a]x = [[0, -a_z, a_y], [a_z, 0, -a_x],
+    [-a_y, a_x, 0]]``)."""
+    (vx, vy, vz), (wx, wy, wz), (nvx, nvy, nvz), (nwx, nwy, nwz) = (1, 2, 3), (4, 5, 6), (7, 8, 9), (10, 11, 12)
+    rows = [
+        [0, nwz, wy, 0, nvz, vy],
+        [wz, 0, nwx, vz, 0, nvx],
+        [nwy, wx, 0, nvy, vx, 0],
+        [0, 0, 0, 0, nwz, wy],
+        [0, 0, 0, wz, 0, nwx],
+        [0, 0, 0, nwy, wx, 0],
+    ]
+    return torch.tensor(rows, device=device).flatten()
+
+
 def rnea_mixed(model, kin: Kinematics, inertia: SpatialInertia, V0, A0, qd, qdd, body_wrenches=None):
     """Generalized forces (6+n, B) for the base twist about O (world axes), from the
     whole-tree kinematics ``kin`` of :func:`~.kinematics.forward`.
@@ -118,7 +138,18 @@ def velocity_terms(model, kin: Kinematics, inertia: SpatialInertia, V0, qd):
 def _velocity_terms(model, S, inertia: SpatialInertia, V0, qd):
     V, Sqd = _twists(model, S, V0, qd)
     IV = inertia.apply(V)
+    if one_dense(V, IV):  # a batch of one: V x as (nb, 6, 6) matrices, two bmm (V x* = -(V x)^T)
+        X = motion_cross_matrices(V)
+        return V, Sqd, torch.bmm(X, Sqd), IV, torch.bmm(X.transpose(1, 2), IV).neg()
     return V, Sqd, motion_cross(V, Sqd), IV, force_cross(V, IV)
+
+
+def motion_cross_matrices(V):
+    """(k, 6, 6) the matrices of ``V x`` for twists V (k, 6, 1): ``[[w x, v x], [0, w x]]``,
+    one gather from ``(0, V, -V)``."""
+    k = V.shape[0]
+    values = torch.cat([V.new_zeros(k, 1, 1), V, V.neg()], 1)  # (k, 13, 1)
+    return values.index_select(1, _cross_entries(str(V.device))).view(k, 6, 6)
 
 
 def rnea_from_terms(model, S, S_dof, inertia: SpatialInertia, V0, A0, qd, qdd, velocity):
