@@ -56,3 +56,14 @@ def test_ab_compares_two_versions_in_one_process(capsys):
                                      "--rounds", "2", "--calls", "1", "--only", "M,fb"])
     assert set(ratios) == {"M", "fb"} and all(r > 0 for r in ratios.values())
     assert "| M |" in capsys.readouterr().out
+
+
+def test_traffic_counts_operators_and_bytes(capsys):
+    """benchmarks/traffic.py: a batch of one moves little, a longer batch proportionally
+    more, and the table groups the operators by function."""
+    main = _script("traffic")["main"]
+    one = main(["aba", "--robot", "arm7", "--batch", "1"])
+    many = main(["aba", "--robot", "arm7", "--batch", "256"])
+    assert one["operators"] > 20 and many["written"] > 100 * one["written"] > 0
+    out = capsys.readouterr().out
+    assert "| where | operators |" in out and "kindyn.py:aba" in out
