@@ -117,3 +117,36 @@ def test_batch_sizes_with_their_own_code_match_pinocchio(robot, rng, rep, B):
         close(G[b], robot.pin.rnea(rep, Hs[b], q[b], z6, zn, z6, zn))
         close(f[b], robot.pin.rnea(rep, Hs[b], q[b], nu[b], qd[b], nud[b], qdd[b]))
         close(a[b], robot.pin.aba(rep, Hs[b], q[b], nu[b], qd[b], tau[b]), rtol=1e-8)
+
+
+@pytest.mark.parametrize("B", [1, 64])
+def test_batch_sizes_with_their_own_code_on_random_trees(B):
+    """The same two code paths on random trees (prismatic, continuous and fixed joints,
+    arbitrary axes, links in random order, coordinates in another order than the
+    bodies): mass matrix, bias force and aba against Pinocchio, every representation."""
+    import os
+
+    import torchrbd
+    from pin_reference import PinRobot
+    from random_trees import random_state, tree_from_rng
+
+    rng = np.random.default_rng(21)
+    for _ in range(6):
+        tree = tree_from_rng(rng, max_links=10)
+        kd = torchrbd.KinDynComputations(tree.urdf, tree.joints_name_list)
+        path = tree.write()
+        try:
+            pin = PinRobot(path, kd.joints_name_list)
+        finally:
+            os.remove(path)
+        H, q, nu, qd, tau = random_state(rng, kd.NDoF, B)
+        z6, zn = np.zeros(6), np.zeros(kd.NDoF)
+        for rep in REPRESENTATIONS:
+            kd.set_frame_velocity_representation(rep)
+            with torch.no_grad():
+                M, h, a = kd.mass_matrix(H, q), kd.bias_force(H, q, nu, qd), kd.aba(H, q, nu, qd, tau)
+            for b in range(B):
+                x = [t[b].numpy() for t in (H, q, nu, qd, tau)]
+                close(M[b], pin.mass_matrix(rep, x[0], x[1]))
+                close(h[b], pin.rnea(rep, *x[:4], z6, zn))
+                close(a[b], pin.aba(rep, *x), rtol=1e-8)
