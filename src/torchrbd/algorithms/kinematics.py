@@ -86,18 +86,22 @@ def _placements(model: Model) -> tuple:
     return model.body_rot, model.body_pos, model.joint_axis
 
 
-def _joint_pose_matrix(model: Model) -> torch.Tensor:
+def _joint_pose_matrix(model: Model, homogeneous: bool = False) -> torch.Tensor:
     """(nb, 12, t) the coefficients of the rows ``[R | p]`` of parent_X_body in the
     terms ``(1, sin q, cos q[, q])`` (``q`` only with prismatic joints): the terms of
-    :func:`_joint_pose_terms` with ``1 - cos q`` split. Cached with them."""
+    :func:`_joint_pose_terms` with ``1 - cos q`` split. ``homogeneous``: (nb, 16, t),
+    the 4x4 matrices' (the last row a constant). Cached with them."""
+    rows = 4 if homogeneous else 3
+
     def make():
         topo = topology(model)
-        C = _joint_pose_terms(model)[:, :, :3].flatten(2)  # (4, nb, 12)
+        C = _joint_pose_terms(model)[:, :, :rows].flatten(2)  # (4, nb, 4 * rows)
         cols = [C[0] + C[2], C[1], -C[2]] if topo.has_revolute else [C[0]]
         if topo.has_prismatic:
             cols.append(C[3])
         return torch.stack(cols, -1)
-    return model_cached(model, "_joint_pose_matrix", make, depends_on=_placements(model))
+    name = "_joint_pose_matrix_h" if homogeneous else "_joint_pose_matrix"
+    return model_cached(model, name, make, depends_on=_placements(model))
 
 
 def _local_transforms(model: Model, q: torch.Tensor, bodies=slice(None), fuse: bool = True) -> torch.Tensor:
@@ -106,9 +110,10 @@ def _local_transforms(model: Model, q: torch.Tensor, bodies=slice(None), fuse: b
 
     Long batches: one batched product of the constant coefficients (k, 12, t) of
     :func:`_joint_pose_matrix` with the terms (k, t, B) (``fuse``: see
-    :func:`~.batchlast.const_lmatmul`)."""
+    :func:`~.batchlast.const_lmatmul`); a batch of one, eager: the same with the 4x4
+    coefficients (six operators where the multiply-adds take ten)."""
     topo = topology(model)
-    if q.shape[-1] == 1:
+    if q.shape[-1] == 1 and torch.compiler.is_compiling():  # multiply-adds, which inductor fuses
         C, q = _joint_pose_terms(model)[:, bodies], q[..., None]  # (k, 1, 1): the batch of one is the last index
         local = C[0]
         if topo.has_revolute:
@@ -122,7 +127,10 @@ def _local_transforms(model: Model, q: torch.Tensor, bodies=slice(None), fuse: b
         terms += [torch.sin(q), torch.cos(q)]
     if topo.has_prismatic:
         terms.append(q)
-    local = const_lmatmul(_joint_pose_matrix(model)[bodies], torch.stack(terms, 1), fuse)  # (k, 12, B)
+    terms = torch.stack(terms, 1)  # (k, t, B)
+    if q.shape[-1] == 1:  # eager: (k, 16, t) @ (k, t, 1), the homogeneous matrices with their constant last row
+        return torch.bmm(_joint_pose_matrix(model, homogeneous=True)[bodies], terms).view(-1, 4, 4)
+    local = const_lmatmul(_joint_pose_matrix(model)[bodies], terms, fuse)  # (k, 12, B)
     return local.view(local.shape[0], 3, 4, *local.shape[2:])
 
 

@@ -25,6 +25,7 @@ def prepare(model: Model) -> Model:
     topology(model)
     pseudo_inertias(model)  # and the merged body parameters
     _joint_pose_matrix(model)  # and the pose terms
+    _joint_pose_matrix(model, homogeneous=True)
     _axis_terms(model)
     gravity_twist(model)
     model.frame(model.link_names[0])  # the link-name index
