@@ -16,7 +16,7 @@ import torch
 
 from .inertia import SpatialInertia
 from .kinematics import Kinematics, dof_subspaces
-from .batchlast import batch_last_grad, gathered_dots, mask_sum, matmul, one_dense, writes_into_buffers
+from .batchlast import batch_last_grad, dense_products, dense_times, gathered_dots, mask_sum, matmul, writes_into_buffers
 from .topology import topology
 
 
@@ -29,9 +29,9 @@ def mass_matrix_top(model, kin: Kinematics, inertia: SpatialInertia):
     column of coordinate b) and ``S`` (n, 6, B) the coordinates' motion subspaces.
     """
     S = dof_subspaces(model, kin)
-    if one_dense(inertia.h, S):  # a batch of one: the subtree sums of the dense matrices, one bmm
-        Ic = mask_sum(topology(model).subtrees, inertia.matrix_one())  # (1+n, 6, 6)
-        return Ic[0, :, :, None], torch.bmm(Ic[1:], S), S
+    if dense_products(inertia.h, S):  # a short batch: the subtree sums of the dense matrices
+        Ic = mask_sum(topology(model).subtrees, inertia.matrices())  # (1+n, 6, 6, B)
+        return Ic[0], dense_times(Ic[1:], S), S
     Ic = inertia.subtree_sums(model)  # row 0 the whole robot, then one per coordinate
     (m0, m), (h0, h), (J0, J) = (x.split_with_sizes([1, model.n]) for x in (Ic.m, Ic.h, Ic.J))
     F = SpatialInertia(m, h, J).apply(S)

@@ -20,7 +20,7 @@ import torch
 from ..model.model import Model
 from ..spatial import matvec
 from .batchlast import (
-    const_matmul, cross, cross_add_, halves, has_tangent, mask_sum, matmul, mv, one_dense, pair, pieces, plain,
+    const_matmul, cross, cross_add_, dense_products, dense_times, halves, has_tangent, mask_sum, matmul, mv, pair, pieces, plain,
     with_rules, writes_into_buffers,
 )
 from .kinematics import Kinematics
@@ -34,7 +34,7 @@ class SpatialInertia:
     m: torch.Tensor
     h: torch.Tensor
     J: torch.Tensor
-    _one: torch.Tensor | None = field(default=None, repr=False, compare=False)  # see matrix_one
+    _dense: torch.Tensor | None = field(default=None, repr=False, compare=False)  # see matrices
 
     def apply(self, x: torch.Tensor, add_to: torch.Tensor | None = None) -> torch.Tensor:
         """I x for twists x (k, 6, B) -> momenta / forces (k, 6, B). ``add_to``: a
@@ -42,20 +42,19 @@ class SpatialInertia:
         returned) where :meth:`_apply_into` runs; otherwise ``I x + add_to``."""
         if self._into(x, add_to):
             return self._apply_into(x, add_to)
-        if one_dense(x, self.h) and x.shape[0] == self.h.shape[0]:
-            # a batch of one: one library product with the 6x6 matrices (x is (k, 6, 1),
-            # a column each), made once per inertia and kept for its next product
-            I6 = self.matrix_one()
-            return torch.bmm(I6, x) if add_to is None else torch.baddbmm(add_to, I6, x)
+        if dense_products(x, self.h) and x.shape == (self.h.shape[0], 6, self.h.shape[-1]):
+            # a short batch: one product with the 6x6 matrices, made once per inertia
+            # and kept for its next product
+            return dense_times(self.matrices(), x, add_to)
         y = self._apply(x)
         return y if add_to is None else y + add_to
 
-    def matrix_one(self) -> torch.Tensor:
-        """(k, 6, 6) the dense matrices of a batch of one (:meth:`matrix`), made on first
-        use and kept on this object."""
-        if self._one is None:
-            self._one = self.matrix()[..., 0]
-        return self._one
+    def matrices(self) -> torch.Tensor:
+        """:meth:`matrix`, made on first use and kept on this object (the dense products
+        of short batches)."""
+        if self._dense is None:
+            self._dense = self.matrix()
+        return self._dense
 
     def _into(self, x: torch.Tensor, add_to) -> bool:
         """Whether :meth:`_apply_into` may run: a long batch of plain (k, 6, B) twists

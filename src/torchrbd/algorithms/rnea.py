@@ -13,8 +13,8 @@ import functools
 import torch
 
 from .batchlast import (
-    cross, cross_add_, cross_sum, halves, has_tangent, mask_sum, one_dense, pair, plain, with_rules,
-    writes_into_buffers,
+    cross, cross_add_, cross_sum, dense_products, dense_t_times, dense_times, halves, has_tangent, mask_sum, pair,
+    plain, with_rules, writes_into_buffers,
 )
 from .inertia import SpatialInertia
 from .kinematics import Kinematics, dof_subspaces, per_body
@@ -138,18 +138,18 @@ def velocity_terms(model, kin: Kinematics, inertia: SpatialInertia, V0, qd):
 def _velocity_terms(model, S, inertia: SpatialInertia, V0, qd):
     V, Sqd = _twists(model, S, V0, qd)
     IV = inertia.apply(V)
-    if one_dense(V, IV):  # a batch of one: V x as (nb, 6, 6) matrices, two bmm (V x* = -(V x)^T)
+    if dense_products(V, IV):  # a short batch: V x as (nb, 6, 6, B) matrices (V x* = -(V x)^T)
         X = motion_cross_matrices(V)
-        return V, Sqd, torch.bmm(X, Sqd), IV, torch.bmm(X.transpose(1, 2), IV).neg()
+        return V, Sqd, dense_times(X, Sqd), IV, dense_t_times(X, IV).neg()
     return V, Sqd, motion_cross(V, Sqd), IV, force_cross(V, IV)
 
 
 def motion_cross_matrices(V):
-    """(k, 6, 6) the matrices of ``V x`` for twists V (k, 6, 1): ``[[w x, v x], [0, w x]]``,
+    """(k, 6, 6, B) the matrices of ``V x`` for twists V (k, 6, B): ``[[w x, v x], [0, w x]]``,
     one gather from ``(0, V, -V)``."""
-    k = V.shape[0]
-    values = torch.cat([V.new_zeros(k, 1, 1), V, V.neg()], 1)  # (k, 13, 1)
-    return values.index_select(1, _cross_entries(str(V.device))).view(k, 6, 6)
+    k, B = V.shape[0], V.shape[-1]
+    values = torch.cat([V.new_zeros(k, 1, B), V, V.neg()], 1)  # (k, 13, B)
+    return values.index_select(1, _cross_entries(str(V.device))).view(k, 6, 6, B)
 
 
 def rnea_from_terms(model, S, S_dof, inertia: SpatialInertia, V0, A0, qd, qdd, velocity):
