@@ -16,7 +16,9 @@ import torch
 
 from .inertia import SpatialInertia
 from .kinematics import Kinematics, dof_subspaces
-from .batchlast import batch_last_grad, dense_products, dense_times, gathered_dots, mask_sum, matmul, writes_into_buffers
+from .batchlast import (
+    batch_last_grad, dense_products, dense_times, gathered_dots, mask_sum, matmul, writes_into_buffers,
+)
 from .topology import topology
 
 

@@ -20,8 +20,8 @@ import torch
 from ..model.model import Model
 from ..spatial import matvec
 from .batchlast import (
-    const_matmul, cross, cross_add_, dense_products, dense_times, halves, has_tangent, mask_sum, matmul, mv, pair, pieces, plain,
-    with_rules, writes_into_buffers,
+    DENSE_BELOW, const_matmul, cross, cross_add_, dense_products, dense_times, halves, has_tangent, mask_sum, matmul,
+    mv, pair, pieces, plain, with_rules, writes_into_buffers,
 )
 from .kinematics import Kinematics
 from .topology import _uncached, model_cached, topology
@@ -62,7 +62,7 @@ class SpatialInertia:
         broadcast but the mass."""
         m, h, J = self.m, self.h, self.J
         k, B = h.shape[0], h.shape[-1]
-        return (B >= 64 and x.shape == (k, 6, B) and J.shape == (k, 3, 3, B) and m.shape == (k, 1)
+        return (B >= DENSE_BELOW and x.shape == (k, 6, B) and J.shape == (k, 3, 3, B) and m.shape == (k, 1)
                 and (add_to is None or add_to.shape == x.shape)
                 and x.dtype == h.dtype == J.dtype == m.dtype and writes_into_buffers(x, h, J))
 

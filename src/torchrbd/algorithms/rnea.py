@@ -13,8 +13,8 @@ import functools
 import torch
 
 from .batchlast import (
-    cross, cross_add_, cross_sum, dense_products, dense_t_times, dense_times, halves, has_tangent, mask_sum, pair,
-    plain, with_rules, writes_into_buffers,
+    DENSE_BELOW, cross, cross_add_, cross_sum, dense_products, dense_t_times, dense_times, halves, has_tangent,
+    mask_sum, pair, plain, with_rules, writes_into_buffers,
 )
 from .inertia import SpatialInertia
 from .kinematics import Kinematics, dof_subspaces, per_body
@@ -42,7 +42,7 @@ def _plus_half(pairs, half: int, a, b):
         parts = list(pairs.unbind(1))
         parts[half] = parts[half] + cross(a, b)
         return torch.cat(parts, 1)
-    if pairs.shape[-1] >= 64 and pairs.shape[1:] == (2, 3, a.shape[-1]) and writes_into_buffers(pairs, a, b):
+    if pairs.shape[-1] >= DENSE_BELOW and pairs.shape[1:] == (2, 3, a.shape[-1]) and writes_into_buffers(pairs, a, b):
         cross_add_(pairs.select(1, half), a, b)
     else:
         pairs.select(1, half).add_(cross(a, b))
