@@ -575,8 +575,8 @@ def test_batch_last_cross_product_rules_to_second_order():
 
 @pytest.mark.parametrize("B", [3, 64])
 def test_sum_of_cross_products_matches_the_library(B):
-    """``cross_sum`` (one multiply-add chain per component for long batches without
-    gradients; separate products otherwise) against ``torch.linalg.cross``."""
+    """``cross_sum`` (multiply-adds into one buffer for long batches without gradients;
+    separate products otherwise) against ``torch.linalg.cross``."""
     from torchrbd.algorithms.batchlast import cross_sum
 
     g = torch.Generator().manual_seed(16)

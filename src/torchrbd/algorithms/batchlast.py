@@ -257,22 +257,19 @@ def cross_add_(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Ten
 
 def cross_sum(*pairs) -> torch.Tensor:
     """``sum_k a_k x b_k`` for pairs ``(a_k, b_k)`` of (..., 3, B) vectors of one shape
-    (a difference is a sum with the pair swapped). Without gradients, one chain of
-    multiply-adds per component into one buffer: separate products would each make a
-    stacked result and then a pass per addition."""
+    (a difference is a sum with the pair swapped). Long batches without autograd: the
+    first product written into a buffer, the others added into it by multiply-adds
+    (:func:`cross_add_`), where separate products would each make a result and then a
+    pass per addition; otherwise (and compiled, where inductor fuses them) a sum of
+    products."""
     operands = [x for pair in pairs for x in pair]
-    if with_rules(*operands) or operands[0].shape[-1] < 64 or len({x.shape for x in operands}) > 1:
+    if operands[0].shape[-1] < DENSE_BELOW or len({x.shape for x in operands}) > 1 \
+            or not writes_into_buffers(*operands):
         return sum(cross(a, b) for a, b in pairs)
-    parts = [(a.unbind(-2), b.unbind(-2)) for a, b in pairs]
-    out = []
-    for i in range(3):
-        j, k = (i + 1) % 3, (i + 2) % 3
-        (a, b), rest = parts[0], parts[1:]
-        acc = (a[j] * b[k]).addcmul_(a[k], b[j], value=-1)
-        for a, b in rest:
-            acc.addcmul_(a[j], b[k]).addcmul_(a[k], b[j], value=-1)
-        out.append(acc)
-    return torch.stack(out, -2)
+    out = _cross_values(*pairs[0])
+    for a, b in pairs[1:]:
+        cross_add_(out, a, b)
+    return out
 
 
 _Cross = bilinear_function(
