@@ -358,3 +358,39 @@ def test_compiled_aba_of_a_small_batch_compiles_quietly_and_either_wrapper_agree
     torch.testing.assert_close(a, expected, rtol=1e-10, atol=1e-10)
     b = kd.compiled(options={"cpp_wrapper": False}).aba(H, q, nu, qd, tau)
     torch.testing.assert_close(b, expected, rtol=1e-10, atol=1e-10)
+
+
+def test_compiled_batch_of_one_matches_pinocchio():
+    """Compiled, a batch of one keeps the batch-last multiply-adds (eager squeezes it and
+    calls ``bmm``; ``batchlast.one_configuration``), and a frame's chain composes its
+    homogeneous local transforms by library products: a random tree (prismatic,
+    continuous and fixed joints, arbitrary axes) against Pinocchio, its last link's pose
+    and Jacobian, the mass matrix, bias force and aba."""
+    import os
+
+    import numpy as np
+    from pin_reference import MIXED, PinRobot
+    from random_trees import random_state, tree_from_rng
+
+    rng = np.random.default_rng(5)
+    tree = tree_from_rng(rng, max_links=6)
+    kd = torchrbd.KinDynComputations(tree.urdf, tree.joints_name_list)
+    path = tree.write()
+    try:
+        pin = PinRobot(path, kd.joints_name_list)
+    finally:
+        os.remove(path)
+    H, q, nu, qd, tau = random_state(rng, kd.NDoF, 1)
+    frame = kd.model.link_names[-1]
+    torch._dynamo.reset()
+    kc = kd.compiled()
+    with torch.no_grad():
+        got = [kc.forward_kinematics(frame, H, q), kc.jacobian(frame, H, q), kc.mass_matrix(H, q),
+               kc.bias_force(H, q, nu, qd), kc.aba(H, q, nu, qd, tau)]
+    x = [t[0].numpy() for t in (H, q, nu, qd, tau)]
+    z6, zn = np.zeros(6), np.zeros(kd.NDoF)
+    expected = [pin.fk(frame, x[0], x[1]), pin.jacobian(MIXED, frame, x[0], x[1]), pin.mass_matrix(MIXED, x[0], x[1]),
+                pin.rnea(MIXED, *x[:4], z6, zn), pin.aba(MIXED, *x)]
+    for name, value, ref in zip(["fk", "jacobian", "M", "h", "aba"], got, expected):
+        assert value.shape[0] == 1, name
+        np.testing.assert_allclose(value[0].numpy(), ref, rtol=1e-8, atol=1e-10, err_msg=name)

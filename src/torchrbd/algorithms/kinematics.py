@@ -12,8 +12,8 @@ import torch
 from ..model.model import Model
 from ..spatial import skew
 from .batchlast import (
-    DENSE_BELOW, bilinear_function, const_lmatmul, const_matmul, cross, has_tangent, matmul, mm, mv, pieces, plain,
-    transpose, with_rules, writes_into_buffers,
+    DENSE_BELOW, bilinear_function, const_lmatmul, const_matmul, cross, has_tangent, matmul, mm, mv, one_configuration,
+    pieces, plain, transpose, with_rules, writes_into_buffers,
 )
 from .topology import Chain, add_to_parents, chain, model_cached, topology
 
@@ -106,15 +106,17 @@ def _joint_pose_matrix(model: Model, homogeneous: bool = False) -> torch.Tensor:
 
 def _local_transforms(model: Model, q: torch.Tensor, bodies=slice(None), fuse: bool = True) -> torch.Tensor:
     """parent_X_body of ``bodies`` at their coordinates ``q`` (k, B): (k, 3, 4, B)
-    ``[R | p]`` rows, or (k, 4, 4) homogeneous matrices when B = 1 (see :func:`_steps`).
+    ``[R | p]`` rows, or (k, 4, 4) homogeneous matrices for a batch of one in eager mode
+    or without ``fuse`` (see :func:`_steps`).
 
     Long batches: one batched product of the constant coefficients (k, 12, t) of
     :func:`_joint_pose_matrix` with the terms (k, t, B) (``fuse``: see
-    :func:`~.batchlast.const_lmatmul`); a batch of one, eager: the same with the 4x4
-    coefficients (six operators where the multiply-adds take ten)."""
+    :func:`~.batchlast.const_lmatmul`); a batch of one: the same with the 4x4
+    coefficients (six operators where the multiply-adds take ten), or compiled with
+    ``fuse``, the multiply-adds."""
     topo = topology(model)
-    if q.shape[-1] == 1 and torch.compiler.is_compiling():  # multiply-adds, which inductor fuses
-        C, q = _joint_pose_terms(model)[:, bodies], q[..., None]  # (k, 1, 1): the batch of one is the last index
+    if q.shape[-1] == 1 and torch.compiler.is_compiling() and fuse:  # multiply-adds, which inductor fuses
+        C, q = _joint_pose_terms(model)[:, bodies, :3, :, None], q[:, None, None]  # (k, 3, 4, 1), (k, 1, 1, 1)
         local = C[0]
         if topo.has_revolute:
             local = torch.addcmul(local, C[1], torch.sin(q))
@@ -128,7 +130,7 @@ def _local_transforms(model: Model, q: torch.Tensor, bodies=slice(None), fuse: b
     if topo.has_prismatic:
         terms.append(q)
     terms = torch.stack(terms, 1)  # (k, t, B)
-    if q.shape[-1] == 1:  # eager: (k, 16, t) @ (k, t, 1), the homogeneous matrices with their constant last row
+    if q.shape[-1] == 1:  # (k, 16, t) @ (k, t, 1), the homogeneous matrices with their constant last row
         return torch.bmm(_joint_pose_matrix(model, homogeneous=True)[bodies], terms).view(-1, 4, 4)
     local = const_lmatmul(_joint_pose_matrix(model)[bodies], terms, fuse)  # (k, 12, B)
     return local.view(local.shape[0], 3, 4, *local.shape[2:])
@@ -166,12 +168,14 @@ def _compose_one(Xp: torch.Tensor, L: torch.Tensor) -> torch.Tensor:
     return torch.bmm(Xp.expand(L.shape[0], 3, 4), L)
 
 
-def _steps(base_R: torch.Tensor, base_p: torch.Tensor):
-    """The base pose and the composition step for :func:`_local_transforms`' layout:
-    long batches compose (k, 3, 4, B) rows by broadcast multiply-adds; a batch of one
-    squeezes it and uses one library matmul per step, (k, 3, 4) @ (k, 4, 4)."""
+def _steps(base_R: torch.Tensor, base_p: torch.Tensor, fuse: bool = True):
+    """The base pose and the composition step for the layout of
+    :func:`_local_transforms` (called with the same ``fuse``): long batches and compiled
+    code compose (k, 3, 4, B) rows by broadcast multiply-adds; a batch of one in eager
+    mode, or compiled without ``fuse``, squeezes it and uses one library matmul per step,
+    (k, 3, 4) @ (k, 4, 4)."""
     X0 = torch.cat([base_R, base_p[:, None]], 1).unsqueeze(0)  # (1, 3, 4, B)
-    if base_R.shape[-1] == 1:
+    if one_configuration(base_R) or (base_R.shape[-1] == 1 and not fuse):
         return X0[..., 0], _compose_one, lambda X: X.unsqueeze(-1)
     return X0, _compose, lambda X: X
 
@@ -359,7 +363,7 @@ def chain_forward(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: t
         S = q.new_zeros(0, 6, q.shape[-1]) if subspaces else None
         return Kinematics(base_R[None], base_p[None], S, path)
     local = _local_transforms(model, q.index_select(0, path.dofs), path.bodies, fuse=False)
-    X, step, unsqueeze = _steps(base_R, base_p)
+    X, step, unsqueeze = _steps(base_R, base_p, fuse=False)
     if subspaces and _in_place(X, local):
         poses = X.new_empty(local.shape[0], *X.shape[1:])
         for i, L in enumerate(pieces(local, 0)):
