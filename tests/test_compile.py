@@ -394,3 +394,30 @@ def test_compiled_batch_of_one_matches_pinocchio():
     for name, value, ref in zip(["fk", "jacobian", "M", "h", "aba"], got, expected):
         assert value.shape[0] == 1, name
         np.testing.assert_allclose(value[0].numpy(), ref, rtol=1e-8, atol=1e-10, err_msg=name)
+
+
+def test_compiled_copies_of_two_robots_of_the_same_size_keep_their_own_code():
+    """Compiled methods keep no guards on module globals (``kindyn._GUARDS_KEPT``) but
+    every guard on the model: two different trees with as many joints and bodies,
+    called with inputs of the same shapes, each get their own mass matrix and aba."""
+    import numpy as np
+    from random_trees import random_state, tree_from_rng
+
+    rng = np.random.default_rng(11)
+    trees = {}
+    while True:
+        tree = tree_from_rng(rng, max_links=5)
+        kd = torchrbd.KinDynComputations(tree.urdf, tree.joints_name_list)
+        key = (kd.NDoF, kd.model.nbody)
+        if key in trees:
+            break
+        trees[key] = kd
+    first, second = trees[key], kd
+    H, q, nu, qd, tau = random_state(rng, kd.NDoF, 2)
+    torch._dynamo.reset()
+    for kd in (first, second, first):
+        kc = kd.compiled()
+        with torch.no_grad():
+            torch.testing.assert_close(kc.mass_matrix(H, q), kd.mass_matrix(H, q), rtol=1e-12, atol=1e-12)
+            torch.testing.assert_close(kc.aba(H, q, nu, qd, tau), kd.aba(H, q, nu, qd, tau), rtol=1e-10, atol=1e-10)
+    assert not torch.allclose(first.mass_matrix(H, q), second.mass_matrix(H, q))
