@@ -345,6 +345,9 @@ class KinDynComputations:
         """world_H_frame (..., 4, 4)."""
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
         model.frame(frame)  # raises FrameNotFoundError with suggestions
+        H, q = a["base_transform"], a["joint_positions"]
+        if H.shape[0] == 1 and not torch.compiler.is_compiling():  # one product of 4x4 matrices
+            return alg.frame_transform_one(model, H[0], q[0], frame).reshape(*bs, 4, 4)
         kin, _, pB = self._state(model, a, frame, subspaces=False)
         _, R, r = alg.frame_pose(model, kin, frame)
         H = homogeneous(to_batch_first(R), to_batch_first(r + pB))

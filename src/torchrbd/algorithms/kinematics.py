@@ -410,6 +410,23 @@ def link_poses(model: Model, kin: Kinematics):
     return mm(Rb, model.link_rot[..., None]), pb + mv(Rb, model.link_pos[..., None])
 
 
+def frame_transform_one(model: Model, H: torch.Tensor, q: torch.Tensor, frame: str) -> torch.Tensor:
+    """world_H_frame (4, 4) of one configuration, ``H`` (4, 4) world_H_base and ``q``
+    (n,): the base pose, the homogeneous local transforms of the frame's chain and the
+    frame's placement multiplied in one ``linalg.multi_dot``, where :func:`chain_forward`
+    and :func:`frame_pose` issue a composition per joint and assemble the rows (a batch
+    of one in eager mode: iCub's l_sole 57 -> 24 operators)."""
+    body, rot, pos = model.frame(frame)
+    path = chain(model, body)
+    last = model_cached(model, "_homogeneous_last_row", lambda: torch.eye(4, dtype=rot.dtype, device=rot.device)[3:])
+    base = torch.cat([H[:3], last])  # (H's own last row is not read, as in the batched path)
+    placement = torch.cat([torch.cat([rot, pos[:, None]], 1), last])
+    if not len(path):
+        return base @ placement
+    local = _local_transforms(model, q.index_select(0, path.dofs)[:, None], path.bodies, fuse=False)  # (k, 4, 4)
+    return torch.linalg.multi_dot([base, *local.unbind(0), placement])
+
+
 def frame_pose(model: Model, kin: Kinematics, frame: str, rotation: bool = True):
     """World pose of one frame: body index, (3, 3, B) (None unless ``rotation``), (3, B).
     ``kin`` may be a :func:`chain_forward` to the frame's body."""
