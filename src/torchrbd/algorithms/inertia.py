@@ -21,7 +21,7 @@ from ..model.model import Model
 from ..spatial import matvec
 from .batchlast import (
     DENSE_BELOW, const_matmul, cross, cross_add_, dense_products, dense_times, halves, has_tangent, mask_sum, matmul,
-    mv, pair, pieces, plain, with_rules, writes_into_buffers,
+    mv, one_configuration, pair, pieces, plain, with_rules, writes_into_buffers,
 )
 from .kinematics import Kinematics
 from .topology import _uncached, model_cached, topology
@@ -197,6 +197,13 @@ def world_inertias(model: Model, kin: Kinematics) -> SpatialInertia:
 def _world_moments(X: torch.Tensor, phi: torch.Tensor):
     """(nb, 3, B) first moments ``h`` and (nb, 3, 3, B) rotational inertias ``J`` about
     O of the poses ``X`` (nb, 3, 4, B) (see :func:`world_inertias`)."""
+    if one_configuration(X):  # a batch of one, eager: Sigma = (X Phi) X^T by two bmm's
+        X1 = X[..., 0]
+        P = torch.bmm(X1, phi)
+        sigma = torch.bmm(P, X1.transpose(1, 2))
+        J = sigma.neg()
+        J.diagonal(0, 1, 2).add_(sigma.diagonal(0, 1, 2).sum(-1, keepdim=True))  # tr(Sigma) 1 - Sigma
+        return P[:, :, 3:], J[..., None]
     A = const_matmul(X, phi.neg())  # -X Phi
     # -Sigma = A X^T (nb, 3, 3, B) from the columns of A and X. (A product with the view
     # X^T: compiled with gradients, inductor stored that operand's gradient batch-strided,

@@ -165,7 +165,7 @@ _Compose = bilinear_function(
 
 def _compose_one(Xp: torch.Tensor, L: torch.Tensor) -> torch.Tensor:
     """(k or 1, 3, 4) @ (k, 4, 4): :func:`_compose` for a batch of one."""
-    return torch.bmm(Xp.expand(L.shape[0], 3, 4), L)
+    return torch.bmm(Xp if Xp.shape[0] == L.shape[0] else Xp.expand(L.shape[0], 3, 4), L)
 
 
 def _steps(base_R: torch.Tensor, base_p: torch.Tensor, fuse: bool = True):
