@@ -33,26 +33,31 @@ def test_forward_kinematics_batched(robot, rng):
             close(T[b], robot.pin.fk(frame, Hs[b], q[b]))
 
 
-def test_forward_kinematics_of_one_configuration(robot, rng):
-    """A batch of one, and an unbatched call, multiply the base pose, the chain's 4x4
-    local transforms and the frame's placement in one ``linalg.multi_dot``
-    (``kinematics.frame_transform_one``): every frame against Pinocchio, an exact last
-    row, and gradients with respect to the joint positions and the whole base transform
-    (whose last row is not read) against finite differences."""
-    Hs, q, _, _ = sample(robot, rng, 1)
+@pytest.mark.parametrize("B", [1, 5])
+def test_forward_kinematics_of_short_batches(robot, rng, B):
+    """Short batches, and an unbatched call, multiply the base pose, the chain's 4x4
+    local transforms and the frame's placement (``kinematics.frame_transforms``: one
+    ``linalg.multi_dot`` for one configuration, a ``bmm`` per joint otherwise): every
+    frame against Pinocchio, an exact last row, a base transform whose last row is not
+    read, and gradients with respect to the joint positions and the whole base
+    transform against finite differences."""
+    Hs, q, _, _ = sample(robot, rng, B)
+    odd = Hs.copy()
+    odd[:, 3] = [1.0, 2.0, 3.0, 4.0]  # not read, as in a longer batch
     for frame in robot.frames:
-        ref = robot.pin.fk(frame, Hs[0], q[0])
-        T1 = robot.kd.forward_kinematics(frame, torch.tensor(Hs), torch.tensor(q))
+        refs = [robot.pin.fk(frame, Hs[b], q[b]) for b in range(B)]
+        T = robot.kd.forward_kinematics(frame, torch.tensor(Hs), torch.tensor(q))
+        T_odd = robot.kd.forward_kinematics(frame, torch.tensor(odd), torch.tensor(q))
+        assert T.shape == (B, 4, 4)
+        for b in range(B):
+            close(T[b], refs[b])
+            close(T_odd[b], refs[b])
+            assert T[b, 3].tolist() == [0.0, 0.0, 0.0, 1.0]
         T0 = robot.kd.forward_kinematics(frame, torch.tensor(Hs[0]), torch.tensor(q[0]))
-        assert T1.shape == (1, 4, 4) and T0.shape == (4, 4)
-        close(T1[0], ref)
-        close(T0, ref)
-        assert T0[3].tolist() == [0.0, 0.0, 0.0, 1.0]
-        odd = Hs.copy()
-        odd[0, 3] = [1.0, 2.0, 3.0, 4.0]  # not read, as in a longer batch
-        close(robot.kd.forward_kinematics(frame, torch.tensor(odd), torch.tensor(q))[0], ref)
-    H = torch.tensor(Hs[0], requires_grad=True)
-    qj = torch.tensor(q[0], requires_grad=True)
+        assert T0.shape == (4, 4)
+        close(T0, refs[0])
+    H = torch.tensor(Hs, requires_grad=True)
+    qj = torch.tensor(q, requires_grad=True)
     assert torch.autograd.gradcheck(lambda H, qj: robot.kd.forward_kinematics(robot.frames[0], H, qj), (H, qj))
 
 

@@ -124,16 +124,21 @@ def _local_transforms(model: Model, q: torch.Tensor, bodies=slice(None), fuse: b
         if topo.has_prismatic:
             local = torch.addcmul(local, C[3], q)
         return local
+    terms = _pose_terms(topo, q)
+    if q.shape[-1] == 1:  # (k, 16, t) @ (k, t, 1), the homogeneous matrices with their constant last row
+        return torch.bmm(_joint_pose_matrix(model, homogeneous=True)[bodies], terms).view(-1, 4, 4)
+    local = const_lmatmul(_joint_pose_matrix(model)[bodies], terms, fuse)  # (k, 12, B)
+    return local.view(local.shape[0], 3, 4, *local.shape[2:])
+
+
+def _pose_terms(topo, q: torch.Tensor) -> torch.Tensor:
+    """(k, t, B) the terms ``(1, sin q, cos q[, q])`` of :func:`_joint_pose_matrix` at ``q`` (k, B)."""
     terms = [torch.ones_like(q)]
     if topo.has_revolute:
         terms += [torch.sin(q), torch.cos(q)]
     if topo.has_prismatic:
         terms.append(q)
-    terms = torch.stack(terms, 1)  # (k, t, B)
-    if q.shape[-1] == 1:  # (k, 16, t) @ (k, t, 1), the homogeneous matrices with their constant last row
-        return torch.bmm(_joint_pose_matrix(model, homogeneous=True)[bodies], terms).view(-1, 4, 4)
-    local = const_lmatmul(_joint_pose_matrix(model)[bodies], terms, fuse)  # (k, 12, B)
-    return local.view(local.shape[0], 3, 4, *local.shape[2:])
+    return torch.stack(terms, 1)
 
 
 def _compose(Xp: torch.Tensor, L: torch.Tensor) -> torch.Tensor:
@@ -410,21 +415,34 @@ def link_poses(model: Model, kin: Kinematics):
     return mm(Rb, model.link_rot[..., None]), pb + mv(Rb, model.link_pos[..., None])
 
 
-def frame_transform_one(model: Model, H: torch.Tensor, q: torch.Tensor, frame: str) -> torch.Tensor:
-    """world_H_frame (4, 4) of one configuration, ``H`` (4, 4) world_H_base and ``q``
-    (n,): the base pose, the homogeneous local transforms of the frame's chain and the
-    frame's placement multiplied in one ``linalg.multi_dot``, where :func:`chain_forward`
-    and :func:`frame_pose` issue a composition per joint and assemble the rows (a batch
-    of one in eager mode: iCub's l_sole 57 -> 24 operators)."""
+def frame_transforms(model: Model, H: torch.Tensor, q: torch.Tensor, frame: str) -> torch.Tensor:
+    """world_H_frame (B, 4, 4) of a short batch (eager), ``H`` (B, 4, 4) world_H_base and
+    ``q`` (B, n): the base pose, the homogeneous local transforms of the frame's chain
+    and the frame's placement multiplied as 4x4 matrices, one ``linalg.multi_dot`` for
+    one configuration and one ``bmm`` per joint otherwise, where :func:`chain_forward`
+    and :func:`frame_pose` issue several multiply-adds per joint and assemble the rows
+    (iCub's l_sole: 57 -> 26 operators at B = 1, 90 -> 27 at B = 2-63). ``H``'s last row is
+    not read, as in longer batches."""
     body, rot, pos = model.frame(frame)
     path = chain(model, body)
+    B = H.shape[0]
     last = model_cached(model, "_homogeneous_last_row", lambda: torch.eye(4, dtype=rot.dtype, device=rot.device)[3:])
-    base = torch.cat([H[:3], last])  # (H's own last row is not read, as in the batched path)
     placement = torch.cat([torch.cat([rot, pos[:, None]], 1), last])
+    if B == 1:
+        base = torch.cat([H[0, :3], last])
+        if not len(path):
+            return (base @ placement)[None]
+        local = _local_transforms(model, q[0].index_select(0, path.dofs)[:, None], path.bodies, fuse=False)  # (k, 4, 4)
+        return torch.linalg.multi_dot([base, *local.unbind(0), placement])[None]
+    base = torch.cat([H[:, :3], last.expand(B, 1, 4)], 1)
     if not len(path):
         return base @ placement
-    local = _local_transforms(model, q.index_select(0, path.dofs)[:, None], path.bodies, fuse=False)  # (k, 4, 4)
-    return torch.linalg.multi_dot([base, *local.unbind(0), placement])
+    q = q.t().index_select(0, path.dofs)  # (k, B)
+    local = torch.bmm(_joint_pose_matrix(model, homogeneous=True)[path.bodies], _pose_terms(topology(model), q))
+    X = base
+    for L in local.permute(2, 0, 1).reshape(B, -1, 4, 4).unbind(1):  # (B, 4, 4) each
+        X = torch.bmm(X, L)
+    return X @ placement
 
 
 def frame_pose(model: Model, kin: Kinematics, frame: str, rotation: bool = True):
