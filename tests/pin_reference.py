@@ -8,6 +8,8 @@ velocity in a torchrbd representation, ``nu = K v_l``.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pinocchio as pin
 
@@ -193,3 +195,13 @@ def random_pose(rng):
     H[:3, :3] = pin.Quaternion(q[0], q[1], q[2], q[3]).toRotationMatrix()
     H[:3, 3] = rng.normal(size=3)
     return H
+
+
+def pin_robot_of(tree, joints) -> PinRobot:
+    """Pinocchio's model of a random tree (``random_trees.RandomTree``), read from a
+    temporary URDF file that is removed afterwards."""
+    path = tree.write()
+    try:
+        return PinRobot(path, joints)
+    finally:
+        os.remove(path)

@@ -1,7 +1,6 @@
 """The articulated-body sweep behind ``aba`` for large batches without gradients
 (algorithms/articulated.py) against Pinocchio and MuJoCo, and when it is (not) taken."""
 
-import os
 
 import numpy as np
 import pytest
@@ -10,7 +9,7 @@ import torch
 import torchrbd
 from torchrbd import ModelError
 from torchrbd.algorithms import articulated
-from pin_reference import REPRESENTATIONS, PinRobot
+from pin_reference import REPRESENTATIONS, PinRobot, pin_robot_of
 from random_trees import random_state, tree_from_rng
 from test_kinematics import close, sample
 from conftest import MASSLESS_JOINT_URDF, graph_names
@@ -109,11 +108,7 @@ def test_sweep_on_random_trees(sweeps):
     (results added by index) and coordinates in another order than the bodies."""
     rng = np.random.default_rng(11)
     for tree, kd in _random_trees(rng):
-        path = tree.write()
-        try:
-            pin = PinRobot(path, kd.joints_name_list)
-        finally:
-            os.remove(path)
+        pin = pin_robot_of(tree, kd.joints_name_list)
         H, q, nu, qd, tau = random_state(rng, kd.NDoF, 4)
         for rep in REPRESENTATIONS:
             kd.set_frame_velocity_representation(rep)

@@ -366,20 +366,14 @@ def test_compiled_batch_of_one_matches_pinocchio():
     homogeneous local transforms by library products: a random tree (prismatic,
     continuous and fixed joints, arbitrary axes) against Pinocchio, its last link's pose
     and Jacobian, the mass matrix, bias force and aba."""
-    import os
-
     import numpy as np
-    from pin_reference import MIXED, PinRobot
+    from pin_reference import MIXED, pin_robot_of
     from random_trees import random_state, tree_from_rng
 
     rng = np.random.default_rng(5)
     tree = tree_from_rng(rng, max_links=6)
     kd = torchrbd.KinDynComputations(tree.urdf, tree.joints_name_list)
-    path = tree.write()
-    try:
-        pin = PinRobot(path, kd.joints_name_list)
-    finally:
-        os.remove(path)
+    pin = pin_robot_of(tree, kd.joints_name_list)
     H, q, nu, qd, tau = random_state(rng, kd.NDoF, 1)
     frame = kd.model.link_names[-1]
     torch._dynamo.reset()

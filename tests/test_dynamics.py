@@ -125,21 +125,15 @@ def test_batch_sizes_with_their_own_code_on_random_trees(B):
     """The same two code paths on random trees (prismatic, continuous and fixed joints,
     arbitrary axes, links in random order, coordinates in another order than the
     bodies): mass matrix, bias force and aba against Pinocchio, every representation."""
-    import os
-
     import torchrbd
-    from pin_reference import PinRobot
+    from pin_reference import pin_robot_of
     from random_trees import random_state, tree_from_rng
 
     rng = np.random.default_rng(21)
     for _ in range(6):
         tree = tree_from_rng(rng, max_links=10)
         kd = torchrbd.KinDynComputations(tree.urdf, tree.joints_name_list)
-        path = tree.write()
-        try:
-            pin = PinRobot(path, kd.joints_name_list)
-        finally:
-            os.remove(path)
+        pin = pin_robot_of(tree, kd.joints_name_list)
         H, q, nu, qd, tau = random_state(rng, kd.NDoF, B)
         z6, zn = np.zeros(6), np.zeros(kd.NDoF)
         for rep in REPRESENTATIONS:

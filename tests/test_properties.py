@@ -13,7 +13,6 @@ Hypothesis runs derandomized (reproducible in CI) with few examples and no deadl
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pytest
@@ -22,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import torchrbd
-from pin_reference import REPRESENTATIONS, PinRobot
+from pin_reference import REPRESENTATIONS, pin_robot_of
 from random_trees import far, float32_errors, random_state, tree_from_rng, trees
 from torchrbd.spatial import skew
 
@@ -60,11 +59,7 @@ def state(seed, n):
 def test_random_trees_match_pinocchio(tree, seed, at_zero):
     """``at_zero``: identity base and q = 0, where aligned axes make the Jacobians singular."""
     kd = load(tree)
-    path = tree.write()
-    try:
-        pin = PinRobot(path, kd.joints_name_list)
-    finally:
-        os.remove(path)
+    pin = pin_robot_of(tree, kd.joints_name_list)
     H, q, nu, qd, tau = state(seed, kd.NDoF)
     if at_zero:
         H, q = torch.eye(4, dtype=f64), torch.zeros_like(q)
