@@ -391,7 +391,7 @@ def test_compiled_batch_of_one_matches_pinocchio():
 
 
 def test_compiled_copies_of_two_robots_of_the_same_size_keep_their_own_code():
-    """Compiled methods keep no guards on module globals (``kindyn._GUARDS_KEPT``) but
+    """Compiled methods keep no guards on module globals (``kindyn._non_global_guards``) but
     every guard on the model: two different trees with as many joints and bodies,
     called with inputs of the same shapes, each get their own mass matrix and aba."""
     import numpy as np

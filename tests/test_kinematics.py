@@ -55,6 +55,8 @@ def test_forward_kinematics_of_short_batches(robot, rng, B):
             assert T[b, 3].tolist() == [0.0, 0.0, 0.0, 1.0]
         T0 = robot.kd.forward_kinematics(frame, torch.tensor(Hs[0]), torch.tensor(q[0]))
         assert T0.shape == (4, 4)
+        assert robot.kd.forward_kinematics(frame, torch.tensor(Hs[:0]), torch.tensor(q[:0])).shape == (0, 4, 4)
+        assert robot.kd.jacobian(frame, torch.tensor(Hs[:0]), torch.tensor(q[:0])).shape == (0, 6, 6 + robot.n)
         close(T0, refs[0])
     H = torch.tensor(Hs, requires_grad=True)
     qj = torch.tensor(q, requires_grad=True)

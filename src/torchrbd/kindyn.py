@@ -119,7 +119,7 @@ class KinDynComputations:
         representation or the model later triggers a recompile. On CPU, inductor drives
         its kernels from C++ (``cpp_wrapper``; pass ``options={"cpp_wrapper": False}``
         for its Python wrapper). With inductor, the methods do not guard on module globals
-        (see :func:`_GUARDS_KEPT`): after patching one, call ``torch._dynamo.reset()``.
+        (see :func:`_non_global_guards`): after patching one, call ``torch._dynamo.reset()``.
         """
         import copy
 
@@ -135,7 +135,7 @@ class KinDynComputations:
             inductor = kwargs.get("backend", "inductor") == "inductor" and "mode" not in kwargs
             if inductor:
                 options = {**self._CPU_OPTIONS} if cpu else {}
-                options.update(self._SHORT_CHAINS.get(name, {}), guard_filter_fn=_GUARDS_KEPT)
+                options.update(self._SHORT_CHAINS.get(name, {}), guard_filter_fn=_non_global_guards)
                 kwargs["options"] = {**options, **kwargs.get("options", {})}
             setattr(other, name, torch.compile(getattr(other, name), **kwargs))
         return other
@@ -670,7 +670,7 @@ def _quiet_proxy_executor_notes() -> None:
         logger.addFilter(_NoProxyExecutorNotes())
 
 
-def _GUARDS_KEPT(entries) -> list:
+def _non_global_guards(entries) -> list:
     """The guards a compiled method keeps (``torch.compile``'s ``guard_filter_fn``): all
     but those on module globals, which here are the library's own functions and
     constants (and torch's): every call of a compiled method checks its guards, and at a

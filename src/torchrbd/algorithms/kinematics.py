@@ -468,7 +468,7 @@ def _homogeneous_locals(model: Model, q: torch.Tensor, bodies):
     batch-first (B, 4, 4) homogeneous matrices: one ``bmm`` of their coefficients with
     the terms, one transposing copy."""
     local = torch.bmm(_joint_pose_matrix(model, homogeneous=True)[bodies], _pose_terms(topology(model), q))
-    return local.permute(2, 0, 1).reshape(q.shape[-1], -1, 4, 4).unbind(1)
+    return local.permute(2, 0, 1).reshape(q.shape[-1], local.shape[0], 4, 4).unbind(1)
 
 
 def frame_pose(model: Model, kin: Kinematics, frame: str, rotation: bool = True):
