@@ -106,16 +106,15 @@ def _joint_pose_matrix(model: Model, homogeneous: bool = False) -> torch.Tensor:
 
 def _local_transforms(model: Model, q: torch.Tensor, bodies=slice(None), fuse: bool = True) -> torch.Tensor:
     """parent_X_body of ``bodies`` at their coordinates ``q`` (k, B): (k, 3, 4, B)
-    ``[R | p]`` rows, or (k, 4, 4) homogeneous matrices for a batch of one in eager mode
-    or without ``fuse`` (see :func:`_steps`).
+    ``[R | p]`` rows, or (k, 4, 4) homogeneous matrices for a batch of one in eager mode.
 
     Long batches: one batched product of the constant coefficients (k, 12, t) of
     :func:`_joint_pose_matrix` with the terms (k, t, B) (``fuse``: see
     :func:`~.batchlast.const_lmatmul`); a batch of one: the same with the 4x4
-    coefficients (six operators where the multiply-adds take ten), or compiled with
-    ``fuse``, the multiply-adds."""
+    coefficients (six operators where the multiply-adds take ten), or compiled, the
+    multiply-adds."""
     topo = topology(model)
-    if q.shape[-1] == 1 and torch.compiler.is_compiling() and fuse:  # multiply-adds, which inductor fuses
+    if q.shape[-1] == 1 and torch.compiler.is_compiling():  # multiply-adds, which inductor fuses
         C, q = _joint_pose_terms(model)[:, bodies, :3, :, None], q[:, None, None]  # (k, 3, 4, 1), (k, 1, 1, 1)
         local = C[0]
         if topo.has_revolute:
@@ -168,23 +167,6 @@ _Compose = bilinear_function(
 )
 
 
-def _compose_one(Xp: torch.Tensor, L: torch.Tensor) -> torch.Tensor:
-    """(k or 1, 3, 4) @ (k, 4, 4): :func:`_compose` for a batch of one."""
-    return torch.bmm(Xp if Xp.shape[0] == L.shape[0] else Xp.expand(L.shape[0], 3, 4), L)
-
-
-def _steps(base_R: torch.Tensor, base_p: torch.Tensor, fuse: bool = True):
-    """The base pose and the composition step for the layout of
-    :func:`_local_transforms` (called with the same ``fuse``): long batches and compiled
-    code compose (k, 3, 4, B) rows by broadcast multiply-adds; a batch of one in eager
-    mode, or compiled without ``fuse``, squeezes it and uses one library matmul per step,
-    (k, 3, 4) @ (k, 4, 4)."""
-    X0 = torch.cat([base_R, base_p[:, None]], 1).unsqueeze(0)  # (1, 3, 4, B)
-    if one_configuration(base_R) or (base_R.shape[-1] == 1 and not fuse):
-        return X0[..., 0], _compose_one, lambda X: X.unsqueeze(-1)
-    return X0, _compose, lambda X: X
-
-
 def _level_rows(topo, x: torch.Tensor):
     """The rows of ``x`` (nb, ...) of each tree level. When the levels are consecutive
     runs (see :class:`~.topology.Topology`) one ``split`` cuts them all: its backward is
@@ -207,17 +189,16 @@ def body_pose_rows(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: 
     """(nb, 3, 4, B) world poses ``[R | p]`` of all bodies (see :func:`body_poses`)."""
     topo = topology(model)
     local = _local_transforms(model, per_body(model, q))
-    X0, step, unsqueeze = _steps(base_R, base_p)
-    if X0.dim() == 4 and X0.shape[-1] < DENSE_BELOW and writes_into_buffers(X0, local):
+    X0 = torch.cat([base_R, base_p[:, None]], 1).unsqueeze(0)  # (1, 3, 4, B)
+    if one_configuration(X0):  # local: (nb, 4, 4) homogeneous
+        return _pose_rows_by_jumps(model, X0[..., 0], local).unsqueeze(-1)
+    if X0.shape[-1] < DENSE_BELOW and writes_into_buffers(X0, local):
         return _pose_rows_by_jumps(model, X0, local)
     if topo.unsort is None and _in_place(X0, local):  # levels stored as consecutive runs
         return _body_pose_rows_in_place(topo, X0, local)
-    if topo.unsort is None and X0.dim() == 4 and with_rules(X0, local) and plain(X0) and plain(local) \
-            and not has_tangent(X0, local):
+    if topo.unsort is None and with_rules(X0, local) and plain(X0) and plain(local) and not has_tangent(X0, local):
         return _PoseRows.apply(X0, local, topo)
-    if X0.dim() == 3 and not torch.compiler.is_compiling():
-        return _pose_rows_by_jumps(model, X0, local).unsqueeze(-1)
-    X = unsqueeze(_compose_levels(topo, X0, local, step))
+    X = _compose_levels(topo, X0, local, _compose)
     return X if topo.unsort is None else X[topo.unsort]
 
 
@@ -367,42 +348,43 @@ def chain_forward(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: t
     if not len(path):
         S = q.new_zeros(0, 6, q.shape[-1]) if subspaces else None
         return Kinematics(base_R[None], base_p[None], S, path)
-    if 1 < q.shape[-1] < DENSE_BELOW and not torch.compiler.is_compiling():
-        X = _chain_poses_short(model, base_R, base_p, q.index_select(0, path.dofs), path.bodies)
-        R, p = _split_pose_rows(X if subspaces else X[-1:])
-        S = motion_subspaces(model, R, p, path.bodies) if subspaces else None
-        return Kinematics(R=R, p=p, S=S, chain=path)
-    local = _local_transforms(model, q.index_select(0, path.dofs), path.bodies, fuse=False)
-    X, step, unsqueeze = _steps(base_R, base_p, fuse=False)
-    if subspaces and _in_place(X, local):
-        poses = X.new_empty(local.shape[0], *X.shape[1:])
-        for i, L in enumerate(pieces(local, 0)):
-            X = _compose_values(X, L, out=poses[i:i + 1])
-        X = poses
+    B = q.shape[-1]
+    if B == 1 or (B < DENSE_BELOW and not torch.compiler.is_compiling()):
+        X = _chain_poses_short(model, base_R, base_p, q.index_select(0, path.dofs), path.bodies, subspaces)
     else:
-        poses = []
-        for L in pieces(local, 0):
-            X = step(X, L)
-            poses.append(X)
-        X = unsqueeze(torch.cat(poses, 0) if subspaces else X)
+        local = _local_transforms(model, q.index_select(0, path.dofs), path.bodies, fuse=False)
+        X = torch.cat([base_R, base_p[:, None]], 1).unsqueeze(0)  # (1, 3, 4, B)
+        if subspaces and _in_place(X, local):
+            poses = X.new_empty(local.shape[0], *X.shape[1:])
+            for i, L in enumerate(pieces(local, 0)):
+                X = _compose_values(X, L, out=poses[i:i + 1])
+            X = poses
+        else:
+            poses = []
+            for L in pieces(local, 0):
+                X = _compose(X, L)
+                poses.append(X)
+            X = torch.cat(poses, 0) if subspaces else X
     R, p = _split_pose_rows(X)
     S = motion_subspaces(model, R, p, path.bodies) if subspaces else None
     return Kinematics(R=R, p=p, S=S, chain=path)
 
 
 def _chain_poses_short(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: torch.Tensor,
-                       bodies) -> torch.Tensor:
-    """(k, 3, 4, B) rows ``[R | p]`` of the world poses of a chain's bodies for a short
-    batch in eager mode: one ``bmm`` per joint on batch-first matrices (see
-    :func:`_homogeneous_locals`), where long batches compose by several multiply-adds
-    per joint (iCub's l_sole Jacobian at B = 16: 131 -> 75 operators). ``q`` (k, B)
-    the chain's coordinates."""
+                       bodies, every: bool = True) -> torch.Tensor:
+    """(k, 3, 4, B) rows ``[R | p]`` of the world poses of a chain's bodies (``every``;
+    else (1, 3, 4, B), the last body's) for a short batch in eager mode, and for a batch
+    of one also compiled (a frame's compiled methods keep library products, see
+    :func:`~.batchlast.const_lmatmul`): one ``bmm`` per joint on batch-first matrices
+    (see :func:`_homogeneous_locals`), where long batches compose by several
+    multiply-adds per joint (iCub's l_sole Jacobian at B = 16: 131 -> 75 operators).
+    ``q`` (k, B) the chain's coordinates."""
     X = torch.cat([base_R, base_p[:, None]], 1).permute(2, 0, 1)  # (B, 3, 4)
     poses = []
     for L in _homogeneous_locals(model, q, bodies):
         X = torch.bmm(X, L)
         poses.append(X)
-    return torch.stack(poses, 3).permute(3, 1, 2, 0).contiguous()  # (k, 3, 4, B)
+    return torch.stack(poses if every else poses[-1:], 3).permute(3, 1, 2, 0).contiguous()  # (k, 3, 4, B)
 
 
 def chain_rows(model: Model, kin: Kinematics, body: int) -> Kinematics:
