@@ -167,6 +167,11 @@ _Compose = bilinear_function(
 )
 
 
+def _base_pose_rows(base_R: torch.Tensor, base_p: torch.Tensor) -> torch.Tensor:
+    """(3, 4, B) the base pose's rows ``[R | p]`` from ``base_R`` (3, 3, B), ``base_p`` (3, B)."""
+    return torch.cat([base_R, base_p[:, None]], 1)
+
+
 def _level_rows(topo, x: torch.Tensor):
     """The rows of ``x`` (nb, ...) of each tree level. When the levels are consecutive
     runs (see :class:`~.topology.Topology`) one ``split`` cuts them all: its backward is
@@ -189,7 +194,7 @@ def body_pose_rows(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: 
     """(nb, 3, 4, B) world poses ``[R | p]`` of all bodies (see :func:`body_poses`)."""
     topo = topology(model)
     local = _local_transforms(model, per_body(model, q))
-    X0 = torch.cat([base_R, base_p[:, None]], 1).unsqueeze(0)  # (1, 3, 4, B)
+    X0 = _base_pose_rows(base_R, base_p)[None]
     if one_configuration(X0):  # local: (nb, 4, 4) homogeneous
         return _pose_rows_by_jumps(model, X0[..., 0], local).unsqueeze(-1)
     if X0.shape[-1] < DENSE_BELOW and writes_into_buffers(X0, local):
@@ -348,12 +353,12 @@ def chain_forward(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: t
     if not len(path):
         S = q.new_zeros(0, 6, q.shape[-1]) if subspaces else None
         return Kinematics(base_R[None], base_p[None], S, path)
-    B = q.shape[-1]
+    B, q = q.shape[-1], q.index_select(0, path.dofs)
     if B == 1 or (B < DENSE_BELOW and not torch.compiler.is_compiling()):
-        X = _chain_poses_short(model, base_R, base_p, q.index_select(0, path.dofs), path.bodies, subspaces)
+        X = _chain_poses_short(model, base_R, base_p, q, path.bodies, subspaces)
     else:
-        local = _local_transforms(model, q.index_select(0, path.dofs), path.bodies, fuse=False)
-        X = torch.cat([base_R, base_p[:, None]], 1).unsqueeze(0)  # (1, 3, 4, B)
+        local = _local_transforms(model, q, path.bodies, fuse=False)
+        X = _base_pose_rows(base_R, base_p)[None]
         if subspaces and _in_place(X, local):
             poses = X.new_empty(local.shape[0], *X.shape[1:])
             for i, L in enumerate(pieces(local, 0)):
@@ -379,7 +384,7 @@ def _chain_poses_short(model: Model, base_R: torch.Tensor, base_p: torch.Tensor,
     (see :func:`_homogeneous_locals`), where long batches compose by several
     multiply-adds per joint (iCub's l_sole Jacobian at B = 16: 131 -> 75 operators).
     ``q`` (k, B) the chain's coordinates."""
-    X = torch.cat([base_R, base_p[:, None]], 1).permute(2, 0, 1)  # (B, 3, 4)
+    X = _base_pose_rows(base_R, base_p).permute(2, 0, 1)  # (B, 3, 4)
     poses = []
     for L in _homogeneous_locals(model, q, bodies):
         X = torch.bmm(X, L)
