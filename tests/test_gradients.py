@@ -459,6 +459,7 @@ def test_rnea_adjoint_sweep_to_second_order(kd, B):
     against finite differences, on short batches (library cross products) and long
     ones (batch-last cross products); the bias force's graph holds that Function."""
     from torchrbd.algorithms import forward, rnea, topology, world_inertias
+    from torchrbd.algorithms.inertia import SpatialInertia
 
     model = kd.model
     n, nb = model.n, model.nbody
@@ -477,7 +478,8 @@ def test_rnea_adjoint_sweep_to_second_order(kd, B):
 
     assert "_RNEABackward" in graph_names(f(*inputs))
     with torch.no_grad():  # as the Function's forward runs them (long batches: products into buffers)
-        plain = rnea._forward_sweeps(model, *inputs)[0]
+        S, S_dof, m, h, J, *rest = inputs
+        plain = rnea._forward_sweeps(model, S, S_dof, SpatialInertia(m, h, J), *rest)[0]
     torch.testing.assert_close(f(*inputs), plain, rtol=0, atol=0)
     short = B < 64  # every entry for a short batch, random projections for a long one
     assert gradcheck(f, inputs, eps=1e-6, atol=1e-6, rtol=1e-6, fast_mode=not short)

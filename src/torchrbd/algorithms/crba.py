@@ -17,7 +17,8 @@ import torch
 from .inertia import SpatialInertia
 from .kinematics import Kinematics, dof_subspaces
 from .batchlast import (
-    batch_last_grad, dense_products, dense_times, gathered_dots, mask_sum, matmul, writes_into_buffers,
+    batch_last_grad, dense_products, dense_times, gathered_dots, mask_sum, matmul, one_configuration,
+    writes_into_buffers,
 )
 from .topology import topology
 
@@ -61,6 +62,8 @@ def assemble(model, Mbb, F, S, T=None) -> torch.Tensor:
     topo = topology(model)
     n, B = model.n, S.shape[-1]
     N = 6 + n
+    if one_configuration(Mbb, F, S):
+        return _assemble_one(model, Mbb, F, S, T)
     if T is None:
         top, right = torch.eye(6, dtype=S.dtype, device=S.device)[..., None].expand(6, 6, B), Mbb
     else:
@@ -106,6 +109,21 @@ def assemble(model, Mbb, F, S, T=None) -> torch.Tensor:
         G.diagonal(0, 1, 2)[:, 6:].add_(model.armature)  # rotor inertia on the joints' diagonal
     index = topo.mass_matrix_index.expand(B, N * N)  # gather: several times faster than index_select on dim 1
     return torch.gather(G.reshape(B, (N + 1) * N), 1, index).reshape(B, N, N)
+
+
+def _assemble_one(model, Mbb, F, S, T) -> torch.Tensor:
+    """:func:`assemble` of one configuration (eager): G as the rows ``[T^T; S] right``
+    and a zero row, ``right = [Mbb T | F^T]`` (6, 6+n), by two library products (one
+    in the internal representation, where ``T^T right`` is ``right``), then the same
+    placing index. No batch dimension to move: 6 operators where the batched path
+    takes 15."""
+    N = 6 + model.n
+    right = torch.cat([(Mbb if T is None else matmul(Mbb, T))[..., 0], F[..., 0].t()], 1)  # (6, N)
+    top = right if T is None else T[..., 0].t() @ right
+    G = torch.cat([top, S[..., 0] @ right, right.new_zeros(1, N)])  # (N + 1, N)
+    if model.has_armature:
+        G.diagonal()[6:].add_(model.armature)  # rotor inertia on the joints' diagonal
+    return G.view(-1).index_select(0, topology(model).mass_matrix_index.view(-1)).view(1, N, N)
 
 
 def _assemble_from_entries(model, Mbb, F, S) -> torch.Tensor:

@@ -97,21 +97,22 @@ def rnea_mixed(model, kin: Kinematics, inertia: SpatialInertia, V0, A0, qd, qdd,
     on each body (world axes). Returns ``[F_base; tau]``.
     Eager with gradients: through :class:`_RNEA`, whose backward is the adjoint sweep.
     """
-    inputs = (kin.S, dof_subspaces(model, kin), inertia.m, inertia.h, inertia.J, V0, A0, qd, qdd, body_wrenches)
+    S_dof = dof_subspaces(model, kin)
+    inputs = (kin.S, S_dof, inertia.m, inertia.h, inertia.J, V0, A0, qd, qdd, body_wrenches)
     given = [t for t in inputs if t is not None]
     if with_rules(*given) and all(plain(t) for t in given) and not has_tangent(*given):
         return _RNEA.apply(model, *inputs)
-    return _forward_sweeps(model, *inputs)[0]
+    # the inertia itself, with the dense matrices a short batch's CRBA may have kept on it
+    return _forward_sweeps(model, kin.S, S_dof, inertia, V0, A0, qd, qdd, body_wrenches)[0]
 
 
-def _forward_sweeps(model, S, S_dof, m, h, J, V0, A0, qd, qdd, body_wrenches, velocity=None):
+def _forward_sweeps(model, S, S_dof, inertia: SpatialInertia, V0, A0, qd, qdd, body_wrenches, velocity=None):
     """``[F_base; tau]`` (6+n, B) and what the backward needs: the bodies' joint
     twists ``Sqd``, twists ``V``, accelerations ``A``, momenta ``I V`` (nb, 6, B) and
     the coordinates' subtree wrenches ``F`` (n, 6, B). ``velocity``: the
     :func:`velocity_terms` of these inputs when they are already known; ``S_dof``
     None: the terms alone (no generalized forces)."""
     topo = topology(model)
-    inertia = SpatialInertia(m, h, J)
     V, Sqd, dA, IV, VxIV = velocity or _velocity_terms(model, S, inertia, V0, qd)
     if qdd is not None:
         dA = torch.addcmul(dA, S, per_body(model, qdd)[:, None])
@@ -156,14 +157,14 @@ def rnea_from_terms(model, S, S_dof, inertia: SpatialInertia, V0, A0, qd, qdd, v
     """:func:`rnea_mixed` without body wrenches (and without its backward rule), given the
     :func:`velocity_terms` ``velocity`` of these inputs; ``S`` (nb, 6, B) and ``S_dof``
     (n, 6, B) the bodies' and the coordinates' motion subspaces."""
-    return _forward_sweeps(model, S, S_dof, inertia.m, inertia.h, inertia.J, V0, A0, qd, qdd, None, velocity)[0]
+    return _forward_sweeps(model, S, S_dof, inertia, V0, A0, qd, qdd, None, velocity)[0]
 
 
 def rnea_terms(model, S, m, h, J, V0, A0, qd, qdd, velocity):
     """What :func:`rnea_adjoint` needs of the RNEA at these inputs (``S`` (nb, 6, B) the
     bodies' motion subspaces, the others as for :func:`rnea_mixed`), given their
     :func:`velocity_terms` ``velocity``: the forward sweeps but the last product."""
-    return _forward_sweeps(model, S, None, m, h, J, V0, A0, qd, qdd, None, velocity)[1]
+    return _forward_sweeps(model, S, None, SpatialInertia(m, h, J), V0, A0, qd, qdd, None, velocity)[1]
 
 
 class _RNEA(torch.autograd.Function):
@@ -187,7 +188,7 @@ class _RNEA(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, model, S, S_dof, m, h, J, V0, A0, qd, qdd, body_wrenches):
-        tau, terms = _forward_sweeps(model, S, S_dof, m, h, J, V0, A0, qd, qdd, body_wrenches)
+        tau, terms = _forward_sweeps(model, S, S_dof, SpatialInertia(m, h, J), V0, A0, qd, qdd, body_wrenches)
         ctx.model = model
         ctx.save_for_backward(S, S_dof, m, h, J, V0, A0, qd, qdd, body_wrenches, *terms)
         return tau
@@ -197,7 +198,7 @@ class _RNEA(torch.autograd.Function):
         model = ctx.model
         S, S_dof, m, h, J, V0, A0, qd, qdd, wrenches, *terms = ctx.saved_tensors
         if torch.is_grad_enabled():  # double backward: the sweeps' values as functions of the inputs
-            terms = _forward_sweeps(model, S, S_dof, m, h, J, V0, A0, qd, qdd, wrenches)[1]
+            terms = _forward_sweeps(model, S, S_dof, SpatialInertia(m, h, J), V0, A0, qd, qdd, wrenches)[1]
         names = ("S", "S_dof", "m", "h", "J", "V0", "A0", "qd", "qdd", "w")
         need = {name for name, wanted in zip(names, ctx.needs_input_grad[1:]) if wanted}
         grads = rnea_adjoint(model, S, S_dof, m, h, J, V0, A0, qd, qdd, terms, g, need)
