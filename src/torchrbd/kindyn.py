@@ -19,7 +19,7 @@ from .algorithms import representation as rep_
 from .algorithms.representation import Representations
 from .errors import InputError, ModelError
 from .model import Model, load_urdf
-from .algorithms.batchlast import DENSE_BELOW, batch_last_grad, to_batch_first
+from .algorithms.batchlast import batch_last_grad, to_batch_first
 from .algorithms import forward_dynamics
 from .chunking import in_chunks
 from .spatial import homogeneous
@@ -346,7 +346,7 @@ class KinDynComputations:
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
         model.frame(frame)  # raises FrameNotFoundError with suggestions
         H, q = a["base_transform"], a["joint_positions"]
-        if H.shape[0] < DENSE_BELOW and not torch.compiler.is_compiling():  # products of 4x4 matrices
+        if not torch.compiler.is_compiling():  # fewer operators than the chain's kinematics
             return alg.frame_transforms(model, H, q, frame).reshape(*bs, 4, 4)
         kin, _, pB = self._state(model, a, frame, subspaces=False)
         _, R, r = alg.frame_pose(model, kin, frame)

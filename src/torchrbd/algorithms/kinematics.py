@@ -423,18 +423,25 @@ def link_poses(model: Model, kin: Kinematics):
 
 
 def frame_transforms(model: Model, H: torch.Tensor, q: torch.Tensor, frame: str) -> torch.Tensor:
-    """world_H_frame (B, 4, 4) of a short batch (eager), ``H`` (B, 4, 4) world_H_base and
-    ``q`` (B, n): the base pose, the homogeneous local transforms of the frame's chain
-    and the frame's placement multiplied as 4x4 matrices, one ``linalg.multi_dot`` for
-    one configuration and one ``bmm`` per joint otherwise, where :func:`chain_forward`
-    and :func:`frame_pose` issue several multiply-adds per joint and assemble the rows
-    (iCub's l_sole: 57 -> 26 operators at B = 1, 90 -> 27 at B = 2-63). ``H``'s last row is
-    not read, as in longer batches."""
+    """world_H_frame (B, 4, 4) in eager mode, ``H`` (B, 4, 4) world_H_base and ``q``
+    (B, n): the base pose, the local transforms of the frame's chain and the frame's
+    placement multiplied, where :func:`chain_forward` and :func:`frame_pose` compose one
+    joint after the other and assemble the rows. ``H``'s last row is not read.
+
+    * one configuration: one ``linalg.multi_dot`` of 4x4 matrices (iCub's l_sole: 57 ->
+      26 operators);
+    * short batches (below ``DENSE_BELOW``): one ``bmm`` of 4x4 matrices per joint
+      (90 -> 27 operators);
+    * long batches: batch-last rows ``[R | p]`` multiplied by pairs
+      (:func:`_frame_rows_by_pairs`), then one copy to batch-first 4x4 (90 -> 52)."""
     body, rot, pos = model.frame(frame)
     path = chain(model, body)
     B = H.shape[0]
     last = model_cached(model, "_homogeneous_last_row", lambda: torch.eye(4, dtype=rot.dtype, device=rot.device)[3:])
     placement = torch.cat([torch.cat([rot, pos[:, None]], 1), last])
+    if B >= DENSE_BELOW:
+        X = _frame_rows_by_pairs(model, H[:, :3].permute(1, 2, 0).contiguous(), q.t(), path, placement[:3])
+        return torch.cat([X.permute(2, 0, 1), last.expand(B, 1, 4)], 1)
     if B == 1:
         base = torch.cat([H[0, :3], last])
         if not len(path):
@@ -448,6 +455,23 @@ def frame_transforms(model: Model, H: torch.Tensor, q: torch.Tensor, frame: str)
     for L in _homogeneous_locals(model, q.t().index_select(0, path.dofs), path.bodies):
         X = torch.bmm(X, L)
     return X @ placement
+
+
+def _frame_rows_by_pairs(model: Model, base: torch.Tensor, q: torch.Tensor, path, placement) -> torch.Tensor:
+    """(3, 4, B) rows ``[R | p]`` of ``base`` (3, 4, B) followed by the local transforms
+    of the chain ``path`` at ``q`` (n, B) and the constant ``placement`` (3, 4),
+    multiplied by pairs: each round composes every adjacent pair at once, so a chain of
+    k joints takes ``ceil(log2(k + 2))`` rounds of a few operators, not k + 1."""
+    B = base.shape[-1]
+    items = [base[None]]
+    if len(path):
+        items.append(_local_transforms(model, q.index_select(0, path.dofs), path.bodies, fuse=False))
+    X = torch.cat(items + [placement[None, ..., None].expand(1, 3, 4, B)])  # (k + 2, 3, 4, B), in this order
+    while X.shape[0] > 1:
+        k = X.shape[0]
+        pairs = _compose(X[0:k - 1:2], X[1:k:2])
+        X = torch.cat([pairs, X[k - 1:]]) if k % 2 else pairs
+    return X[0]
 
 
 def _homogeneous_locals(model: Model, q: torch.Tensor, bodies):
