@@ -95,15 +95,18 @@ def test_inductor_mass_matrix_gradients_match_eager():
 
 def test_inductor_frame_kinematics_match_eager():
     """forward_kinematics and jacobian compile with their own inductor options
-    (KinDynComputations._SHORT_CHAINS): the generated code gives the eager results."""
+    (KinDynComputations._SHORT_CHAINS): the generated code gives the eager results, for
+    a short batch (the chain's kinematics) and a long one (forward kinematics by pairs,
+    ``kinematics.frame_transforms``)."""
     kd = torchrbd.models.load("arm7")
-    H, q, *_ = _inputs(kd, B=4)
     torch._dynamo.reset()
     kc = kd.compiled()
     frame = kd.model.link_names[-1]
-    torch.testing.assert_close(kc.forward_kinematics(frame, H, q), kd.forward_kinematics(frame, H, q),
-                               rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(kc.jacobian(frame, H, q), kd.jacobian(frame, H, q), rtol=1e-12, atol=1e-12)
+    for B in (4, 64):
+        H, q, *_ = _inputs(kd, B=B)
+        torch.testing.assert_close(kc.forward_kinematics(frame, H, q), kd.forward_kinematics(frame, H, q),
+                                   rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(kc.jacobian(frame, H, q), kd.jacobian(frame, H, q), rtol=1e-12, atol=1e-12)
 
 
 def test_tracing_is_quiet():

@@ -423,10 +423,11 @@ def link_poses(model: Model, kin: Kinematics):
 
 
 def frame_transforms(model: Model, H: torch.Tensor, q: torch.Tensor, frame: str) -> torch.Tensor:
-    """world_H_frame (B, 4, 4) in eager mode, ``H`` (B, 4, 4) world_H_base and ``q``
-    (B, n): the base pose, the local transforms of the frame's chain and the frame's
-    placement multiplied, where :func:`chain_forward` and :func:`frame_pose` compose one
-    joint after the other and assemble the rows. ``H``'s last row is not read.
+    """world_H_frame (B, 4, 4) in eager mode and of compiled long batches, ``H`` (B, 4, 4)
+    world_H_base and ``q`` (B, n): the base pose, the local transforms of the frame's
+    chain and the frame's placement multiplied, where :func:`chain_forward` and
+    :func:`frame_pose` compose one joint after the other and assemble the rows. ``H``'s
+    last row is not read.
 
     * one configuration: one ``linalg.multi_dot`` of 4x4 matrices (iCub's l_sole: 57 ->
       26 operators);
