@@ -379,6 +379,8 @@ class KinDynComputations:
         twists, then the base block by T) and scatter them."""
         rep = self._rep
         _, RF, pF = alg.frame_pose(model, kin, frame, rotation=rep == rep_.BODY)  # (the other two need no R_F)
+        if rep == rep_.MIXED:  # the base block is X itself: no unit twists to convert
+            return self._chain_scatter(model, kin, rep_.mixed_base_rows(pF), rep_.twists_to_rep(rep, kin.S, RF, pF, p))
         cols = rep_.twists_to_rep(rep, alg.chain_columns(kin), RF, pF, p)  # (6+k, 6, B)
         base = rep_.rows_times_T(rep, cols[:6].transpose(0, 1), R, p)
         return self._chain_scatter(model, kin, base, cols[6:])

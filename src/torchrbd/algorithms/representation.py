@@ -26,6 +26,7 @@ derivatives are written out as cross products, never as 6x6 matrices.
 
 from __future__ import annotations
 
+import functools
 from enum import Enum
 
 import torch
@@ -141,6 +142,32 @@ def twists_to_rep(rep, V, R_F, r_F, pB):
     if rep == BODY:
         lin, ang = mtv(R_F, lin), mtv(R_F, ang)
     return torch.cat([lin, ang], 1)
+
+
+def mixed_base_rows(r_F: torch.Tensor) -> torch.Tensor:
+    """(6, 6, B) the rows of a frame's MIXED Jacobian over the base columns, ``X`` itself:
+    ``[[1, -[r_F]x], [0, 1]]`` for the frame origin ``r_F`` (3, B) relative to the base,
+    one gather from the values ``(0, 1, r_F, -r_F)`` (what :func:`twists_to_rep` makes of
+    the six unit twists, without converting them)."""
+    B = r_F.shape[-1]
+    values = torch.cat([r_F.new_zeros(1, B), r_F.new_ones(1, B), r_F, r_F.neg()])  # (8, B)
+    return values.index_select(0, _mixed_base_entries(str(r_F.device))).view(6, 6, B)
+
+
+@functools.lru_cache(maxsize=8)
+def _mixed_base_entries(device: str) -> torch.Tensor:
+    """(36,) where each entry of ``[[1, -[r]x], [0, 1]]`` sits in ``(0, 1, r, -r)``
+    (row-major; ``-[r]x = [[0, r_z, -r_y], [-r_z, 0, r_x], [r_y, -r_x, 0]]``)."""
+    rx, ry, rz, nx, ny, nz = 2, 3, 4, 5, 6, 7
+    rows = [
+        [1, 0, 0, 0, rz, ny],
+        [0, 1, 0, nz, 0, rx],
+        [0, 0, 1, ry, nx, 0],
+        [0, 0, 0, 1, 0, 0],
+        [0, 0, 0, 0, 1, 0],
+        [0, 0, 0, 0, 0, 1],
+    ]
+    return torch.tensor(rows, device=device).flatten()
 
 
 def twists_to_rep_dot(rep, V, R_F, r_F, V_F):
