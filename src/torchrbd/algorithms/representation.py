@@ -32,6 +32,7 @@ from enum import Enum
 import torch
 
 from .batchlast import cross, halves, mtv, mv
+from .topology import _uncached
 
 
 class Representations(Enum):
@@ -151,7 +152,7 @@ def mixed_base_rows(r_F: torch.Tensor) -> torch.Tensor:
     the six unit twists, without converting them)."""
     B = r_F.shape[-1]
     values = torch.cat([r_F.new_zeros(1, B), r_F.new_ones(1, B), r_F, r_F.neg()])  # (8, B)
-    return values.index_select(0, _mixed_base_entries(str(r_F.device))).view(6, 6, B)
+    return values.index_select(0, _uncached(_mixed_base_entries)(str(r_F.device))).view(6, 6, B)
 
 
 @functools.lru_cache(maxsize=8)
