@@ -80,14 +80,15 @@ def test_jacobian(robot, rng, rep):
         close(J0, robot.pin.jacobian(rep, frame, Hs[0], q[0]))
 
 
+@pytest.mark.parametrize("B", [130, 400])
 @pytest.mark.parametrize("rep", REPRESENTATIONS, ids=lambda r: r.name)
-def test_long_batch_jacobians(robot, rng, rep):
-    """A batch of 64 (the batch-last products, which short batches replace by library
+def test_long_batch_jacobians(robot, rng, rep, B):
+    """Long batches (the batch-last products, which short batches replace by library
     calls) without autograd: every frame's Jacobian and one Jacobian rate, configuration
     by configuration, against Pinocchio; and the same values with the joint positions
-    requiring grad (the products' autograd Functions)."""
+    requiring grad (the products' autograd Functions at B = 400; at B = 130 the chain's
+    poses by one ``bmm`` per joint, ``kinematics.CHAIN_PRODUCTS_BELOW``)."""
     robot.kd.set_frame_velocity_representation(rep)
-    B = 64
     Hs, q, nu, qd = sample(robot, rng, B)
     t = torch.tensor
     for frame in robot.frames:

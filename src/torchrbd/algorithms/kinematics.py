@@ -338,6 +338,15 @@ def motion_subspaces(model: Model, R: torch.Tensor, p: torch.Tensor, bodies=slic
     return torch.cat([lin, s_rev], dim=1)
 
 
+CHAIN_PRODUCTS_BELOW = (128, 384)
+"""A frame's chain of fewer configurations than this (eager; without, with gradients)
+composes its poses by one ``bmm`` of 4x4 matrices per joint (:func:`_chain_poses_short`),
+longer ones by batch-last multiply-adds. iCub's l_sole Jacobian, in-process A/Bs of the
+two against each other: without gradients 0.89x the time at B = 64, 0.94x at 96, 1.01x
+at 128, 1.07x at 192; forward+backward 0.75x at 64, 0.82x at 128, 0.86x at 192, 0.95x
+at 320, 1.2x at 512."""
+
+
 def chain_forward(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: torch.Tensor, body: int,
                   subspaces: bool = True) -> Kinematics:
     """Kinematics of only the bodies on the path from the base to ``body``, what one
@@ -354,7 +363,7 @@ def chain_forward(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: t
         S = q.new_zeros(0, 6, q.shape[-1]) if subspaces else None
         return Kinematics(base_R[None], base_p[None], S, path)
     B, q = q.shape[-1], q.index_select(0, path.dofs)
-    if B == 1 or (B < DENSE_BELOW and not torch.compiler.is_compiling()):
+    if B == 1 or (B < CHAIN_PRODUCTS_BELOW[with_rules(base_R, base_p, q)] and not torch.compiler.is_compiling()):
         X = _chain_poses_short(model, base_R, base_p, q, path.bodies, subspaces)
     else:
         local = _local_transforms(model, q, path.bodies, fuse=False)
@@ -378,8 +387,8 @@ def chain_forward(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: t
 def _chain_poses_short(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: torch.Tensor,
                        bodies, every: bool = True) -> torch.Tensor:
     """(k, 3, 4, B) rows ``[R | p]`` of the world poses of a chain's bodies (``every``;
-    else (1, 3, 4, B), the last body's) for a short batch in eager mode, and for a batch
-    of one also compiled (a frame's compiled methods keep library products, see
+    else (1, 3, 4, B), the last body's) for batches below ``CHAIN_PRODUCTS_BELOW`` in
+    eager mode, and for a batch of one also compiled (a frame's compiled methods keep library products, see
     :func:`~.batchlast.const_lmatmul`): one ``bmm`` per joint on batch-first matrices
     (see :func:`_homogeneous_locals`), where long batches compose by several
     multiply-adds per joint (iCub's l_sole Jacobian at B = 16: 131 -> 75 operators).
