@@ -102,7 +102,7 @@ def test_inductor_frame_kinematics_match_eager():
     torch._dynamo.reset()
     kc = kd.compiled()
     frame = kd.model.link_names[-1]
-    for B in (4, 64):
+    for B in (4, 96):
         H, q, *_ = _inputs(kd, B=B)
         torch.testing.assert_close(kc.forward_kinematics(frame, H, q), kd.forward_kinematics(frame, H, q),
                                    rtol=1e-12, atol=1e-12)

@@ -79,12 +79,15 @@ def writes_into_buffers(*tensors) -> bool:
             and all(plain(t) for t in tensors) and not has_tangent(*tensors))
 
 
-DENSE_BELOW = 64
+DENSE_BELOW = 96
 """Batches shorter than this (eager) multiply spatial inertias and cross products as
 dense 6x6 matrices (:func:`dense_products`); longer ones component by component, into
 fresh buffers where nothing is differentiated (:func:`writes_into_buffers`). iCub,
 in-process A/Bs: the component-wise products taken down to B = 2 cost 1.1-1.3x the
-time at B = 4-16 and about the same at 63."""
+time at B = 4-16; the dense ones (and the pointer-jumping poses) taken up to 127,
+against the component-wise ones: B = 64 M 0.94x, h 0.78x, aba 0.81x, aba
+forward+backward 0.90x; B = 80 0.94x / 0.77x / 0.96x / 0.92x; B = 100 0.99-1.08x;
+B = 128 1.05-1.25x."""
 
 
 def dense_products(*tensors) -> bool:
