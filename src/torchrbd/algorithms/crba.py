@@ -115,8 +115,8 @@ def _assemble_one(model, Mbb, F, S, T) -> torch.Tensor:
     """:func:`assemble` of one configuration (eager): G as the rows ``[T^T; S] right``
     and a zero row, ``right = [Mbb T | F^T]`` (6, 6+n), by two library products (one
     in the internal representation, where ``T^T right`` is ``right``), then the same
-    placing index. No batch dimension to move: 6 operators where the batched path
-    takes 15."""
+    placing index. No batch dimension to move: 12 operators (5 of them computing)
+    where the batched path takes 15."""
     N = 6 + model.n
     right = torch.cat([(Mbb if T is None else matmul(Mbb, T))[..., 0], F[..., 0].t()], 1)  # (6, N)
     top = right if T is None else T[..., 0].t() @ right

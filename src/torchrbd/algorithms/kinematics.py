@@ -388,10 +388,11 @@ def _chain_poses_short(model: Model, base_R: torch.Tensor, base_p: torch.Tensor,
                        bodies, every: bool = True) -> torch.Tensor:
     """(k, 3, 4, B) rows ``[R | p]`` of the world poses of a chain's bodies (``every``;
     else (1, 3, 4, B), the last body's) for batches below ``CHAIN_PRODUCTS_BELOW`` in
-    eager mode, and for a batch of one also compiled (a frame's compiled methods keep library products, see
-    :func:`~.batchlast.const_lmatmul`): one ``bmm`` per joint on batch-first matrices
-    (see :func:`_homogeneous_locals`), where long batches compose by several
-    multiply-adds per joint (iCub's l_sole Jacobian at B = 16: 131 -> 75 operators).
+    eager mode, and for a batch of one also compiled (a frame's compiled methods keep
+    library products, see :func:`~.batchlast.const_lmatmul`): one ``bmm`` per joint on
+    batch-first matrices (see :func:`_homogeneous_locals`), where long batches compose
+    by several multiply-adds per joint (iCub's l_sole Jacobian at B = 16: 131 -> 75
+    operators).
     ``q`` (k, B) the chain's coordinates."""
     X = _base_pose_rows(base_R, base_p).permute(2, 0, 1)  # (B, 3, 4)
     poses = []
@@ -443,7 +444,7 @@ def frame_transforms(model: Model, H: torch.Tensor, q: torch.Tensor, frame: str)
     * short batches (below ``DENSE_BELOW``): one ``bmm`` of 4x4 matrices per joint
       (90 -> 27 operators);
     * long batches: batch-last rows ``[R | p]`` multiplied by pairs
-      (:func:`_frame_rows_by_pairs`), then one copy to batch-first 4x4 (90 -> 52)."""
+      (:func:`_frame_rows_by_pairs`), then one copy to batch-first 4x4 (90 -> 53)."""
     body, rot, pos = model.frame(frame)
     path = chain(model, body)
     B = H.shape[0]
