@@ -9,6 +9,7 @@ import torch._dynamo
 
 import torchrbd
 import torchrbd.models
+from torchrbd.algorithms.batchlast import DENSE_BELOW
 from conftest import MASSLESS_JOINT_URDF
 
 
@@ -102,7 +103,7 @@ def test_inductor_frame_kinematics_match_eager():
     torch._dynamo.reset()
     kc = kd.compiled()
     frame = kd.model.link_names[-1]
-    for B in (4, 96):
+    for B in (4, DENSE_BELOW):
         H, q, *_ = _inputs(kd, B=B)
         torch.testing.assert_close(kc.forward_kinematics(frame, H, q), kd.forward_kinematics(frame, H, q),
                                    rtol=1e-12, atol=1e-12)

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+from torchrbd.algorithms.batchlast import DENSE_BELOW
 
 from pin_reference import REPRESENTATIONS
 from test_kinematics import close, sample
@@ -82,11 +83,11 @@ def test_aba_external_wrenches(robot, rng, rep):
         close(Mp @ a[b].numpy() + hp, rhs[b].numpy(), rtol=1e-8)
 
 
-@pytest.mark.parametrize("B", [1, 5, 96])
+@pytest.mark.parametrize("B", [1, 5, DENSE_BELOW])
 @pytest.mark.parametrize("rep", REPRESENTATIONS, ids=REP_IDS)
 def test_batch_sizes_with_their_own_code_match_pinocchio(robot, rng, rep, B):
-    """A batch of 96 (``batchlast.DENSE_BELOW``) takes the eager long-batch code (products written into buffers, see
-    ``batchlast.writes_into_buffers``), shorter ones the dense 6x6 products
+    """A batch of ``batchlast.DENSE_BELOW`` takes the eager long-batch code (products
+    written into buffers, see ``batchlast.writes_into_buffers``), shorter ones the dense 6x6 products
     (``batchlast.dense_products``: one ``bmm`` each at B = 1, where the kinematics also
     pose the tree by pointer jumping): every configuration against Pinocchio, under
     ``torch.no_grad``, in grad mode with nothing requiring grad, and with the velocities
@@ -120,7 +121,7 @@ def test_batch_sizes_with_their_own_code_match_pinocchio(robot, rng, rep, B):
         close(a[b], robot.pin.aba(rep, Hs[b], q[b], nu[b], qd[b], tau[b]), rtol=1e-8)
 
 
-@pytest.mark.parametrize("B", [1, 5, 96])
+@pytest.mark.parametrize("B", [1, 5, DENSE_BELOW])
 def test_batch_sizes_with_their_own_code_on_random_trees(B):
     """The same two code paths on random trees (prismatic, continuous and fixed joints,
     arbitrary axes, links in random order, coordinates in another order than the

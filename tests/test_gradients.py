@@ -18,6 +18,7 @@ from torch.autograd import gradcheck
 
 import torchrbd
 import torchrbd.models
+from torchrbd.algorithms.batchlast import DENSE_BELOW
 from conftest import SEED_JOINTS, graph_names, icub_path
 
 REPS = list(torchrbd.Representations)
@@ -450,7 +451,7 @@ def test_aba_on_the_sweep_to_second_order(kd, sweep_with_gradients):
     assert torch.autograd.gradgradcheck(f, inputs, eps=1e-6, atol=1e-5, rtol=1e-4, fast_mode=True)
 
 
-@pytest.mark.parametrize("B", [3, 96])
+@pytest.mark.parametrize("B", [3, DENSE_BELOW])
 def test_rnea_adjoint_sweep_to_second_order(kd, B):
     """With gradients (eager), the RNEA runs through ``rnea._RNEA``, whose backward is
     the adjoint sweep: first and second derivatives w.r.t. every input (the bodies'
@@ -481,7 +482,7 @@ def test_rnea_adjoint_sweep_to_second_order(kd, B):
         S, S_dof, m, h, J, *rest = inputs
         plain = rnea._forward_sweeps(model, S, S_dof, SpatialInertia(m, h, J), *rest)[0]
     torch.testing.assert_close(f(*inputs), plain, rtol=0, atol=0)
-    short = B < 96  # (batchlast.DENSE_BELOW) every entry for a short batch, random projections for a long one
+    short = B < DENSE_BELOW  # every entry for a short batch, random projections for a long one
     assert gradcheck(f, inputs, eps=1e-6, atol=1e-6, rtol=1e-6, fast_mode=not short)
     assert torch.autograd.gradgradcheck(f, inputs, eps=1e-6, atol=1e-5, rtol=1e-4, fast_mode=True)
 
@@ -543,8 +544,8 @@ def test_batch_last_product_rules_to_second_order(product):
 
     g = torch.Generator().manual_seed(13)
     r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64, requires_grad=True)  # noqa: E731
-    A, C = r(2, 3, 3, 96), r(1, 3, 3, 1)  # C: one constant matrix for all bodies and configurations
-    right = r(2, 3, 4, 96) if product == "matmul" else r(2, 3, 96)
+    A, C = r(2, 3, 3, DENSE_BELOW), r(1, 3, 3, 1)  # C: one constant matrix for all bodies and configurations
+    right = r(2, 3, 4, DENSE_BELOW) if product == "matmul" else r(2, 3, DENSE_BELOW)
     f = getattr(batchlast, product)
     names = graph_names(f(A, right))
     assert "_MatmulBackward" in names, names
@@ -565,8 +566,8 @@ def test_batch_last_cross_product_rules_to_second_order():
     from torchrbd.algorithms.batchlast import cross
 
     g = torch.Generator().manual_seed(14)
-    a = torch.randn(2, 1, 3, 96, generator=g, dtype=torch.float64, requires_grad=True)
-    b = torch.randn(2, 2, 3, 96, generator=g, dtype=torch.float64, requires_grad=True)
+    a = torch.randn(2, 1, 3, DENSE_BELOW, generator=g, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(2, 2, 3, DENSE_BELOW, generator=g, dtype=torch.float64, requires_grad=True)
     assert "_CrossBackward" in graph_names(cross(a, b))
     torch.testing.assert_close(cross(a, b), torch.linalg.cross(a.expand_as(b), b, dim=-2))
     assert gradcheck(cross, (a, b), check_forward_ad=True)
@@ -575,7 +576,7 @@ def test_batch_last_cross_product_rules_to_second_order():
     torch.testing.assert_close(batched[1], -cross(a, b))
 
 
-@pytest.mark.parametrize("B", [3, 96])
+@pytest.mark.parametrize("B", [3, DENSE_BELOW])
 def test_sum_of_cross_products_matches_the_library(B):
     """``cross_sum`` (multiply-adds into one buffer for long batches without gradients;
     separate products otherwise) against ``torch.linalg.cross``."""

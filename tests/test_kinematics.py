@@ -3,6 +3,8 @@
 import numpy as np
 import pytest
 import torch
+from torchrbd.algorithms.batchlast import DENSE_BELOW
+from torchrbd.algorithms.kinematics import CHAIN_PRODUCTS_BELOW
 
 from pin_reference import REPRESENTATIONS, random_pose
 
@@ -33,7 +35,7 @@ def test_forward_kinematics_batched(robot, rng):
             close(T[b], robot.pin.fk(frame, Hs[b], q[b]))
 
 
-@pytest.mark.parametrize("B", [1, 5, 96])
+@pytest.mark.parametrize("B", [1, 5, DENSE_BELOW])
 def test_forward_kinematics_of_every_batch_length(robot, rng, B):
     """Eager calls multiply the base pose, the chain's local transforms and the frame's
     placement (``kinematics.frame_transforms``: one ``linalg.multi_dot`` for one
@@ -62,7 +64,7 @@ def test_forward_kinematics_of_every_batch_length(robot, rng, B):
     H = torch.tensor(Hs, requires_grad=True)
     qj = torch.tensor(q, requires_grad=True)
     assert torch.autograd.gradcheck(lambda H, qj: robot.kd.forward_kinematics(robot.frames[0], H, qj), (H, qj),
-                                    fast_mode=B >= 96)
+                                    fast_mode=B >= DENSE_BELOW)
 
 
 @pytest.mark.parametrize("rep", REPRESENTATIONS, ids=lambda r: r.name)
@@ -80,14 +82,15 @@ def test_jacobian(robot, rng, rep):
         close(J0, robot.pin.jacobian(rep, frame, Hs[0], q[0]))
 
 
-@pytest.mark.parametrize("B", [130, 400])
+@pytest.mark.parametrize("B", [CHAIN_PRODUCTS_BELOW[0] + 2, CHAIN_PRODUCTS_BELOW[1] + 16])
 @pytest.mark.parametrize("rep", REPRESENTATIONS, ids=lambda r: r.name)
 def test_long_batch_jacobians(robot, rng, rep, B):
     """Long batches (the batch-last products, which short batches replace by library
     calls) without autograd: every frame's Jacobian and one Jacobian rate, configuration
     by configuration, against Pinocchio; and the same values with the joint positions
-    requiring grad (the products' autograd Functions at B = 400; at B = 130 the chain's
-    poses by one ``bmm`` per joint, ``kinematics.CHAIN_PRODUCTS_BELOW``)."""
+    requiring grad (the products' autograd Functions above both bounds of
+    ``kinematics.CHAIN_PRODUCTS_BELOW``; between them the chain's poses by one ``bmm`` per
+    joint)."""
     robot.kd.set_frame_velocity_representation(rep)
     Hs, q, nu, qd = sample(robot, rng, B)
     t = torch.tensor
