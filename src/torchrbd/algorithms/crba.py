@@ -129,14 +129,17 @@ def _assemble_one(model, Mbb, F, S, T) -> torch.Tensor:
 def _assemble_from_entries(model, Mbb, F, S) -> torch.Tensor:
     """:func:`assemble` in the internal representation, eager, without gradients: G's
     distinct entries, batch-last (its base rows copied from ``Mbb`` and ``F``, the
-    products ``S_a . F_b`` of supporting pairs as multiply-sums), one transposing copy
-    to batch-first, then the same placing gather. A batched product of the whole of G
-    spends most of its time on the per-matrix calls of a library.
+    products ``S_a . F_b`` of supporting pairs as multiply-sums), then the same placing
+    gather, reading them through a transposed view. A batched product of the whole of
+    G spends most of its time on the per-matrix calls of a library.
 
-    The entries are written batch-last and transposed in one contiguous 2D copy, which
-    torch does by blocks: writing them batch-first piece by piece made three strided
-    copies into a non-contiguous destination, element by element (iCub, B = 1024:
-    0.54 against 0.26 ms, and no faster in float32)."""
+    The gather writes batch-first rows and reads one entry from each of K batch-last
+    rows per configuration: eight consecutive configurations share those K cache lines
+    (17 KB for iCub), so the reads stay in L1. A transposing copy to batch-first first,
+    then a gather of contiguous rows, took 1.8x the time (iCub, B = 1024: 0.68 against
+    0.38 ms; the mass matrix 0.905x the time in-process). Writing the entries
+    batch-first piece by piece made strided copies element by element (0.54 against
+    0.26 ms for the copy alone)."""
     topo = topology(model)
     n, B = model.n, S.shape[-1]
     N, K = 6 + n, topo.mass_matrix_entries.shape[0]
@@ -151,5 +154,4 @@ def _assemble_from_entries(model, Mbb, F, S) -> torch.Tensor:
     if model.has_armature:  # rotor inertia on the joints' diagonal
         P.index_add_(0, topo.mass_matrix_joint_diagonal - k, model.armature[:, None].expand(n, B))
     DT[k + kp:].zero_()  # G's zero, where some coordinates are unrelated
-    D = DT.t().contiguous()  # (B, K)
-    return torch.gather(D, 1, topo.mass_matrix_place.expand(B, N * N)).view(B, N, N)
+    return torch.gather(DT.t(), 1, topo.mass_matrix_place.expand(B, N * N)).view(B, N, N)
