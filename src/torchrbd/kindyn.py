@@ -325,12 +325,12 @@ class KinDynComputations:
         """(B, k) argument -> (k, B), contiguous so that every later result is batch-last in memory."""
         return x.transpose(0, 1).contiguous()
 
-    def _state(self, model, a, frame=None, subspaces=True):
+    def _state(self, model, a, frame=None, subspaces=True, every=True):
         """Forward kinematics of the flattened inputs with the base placed at the origin
         (see :mod:`torchrbd.algorithms.representation`: positions in ``kin`` are relative
         to the base). Returns (kin, base R (3, 3, B), base position pB (3, B)).
         With ``frame``, only the bodies from the base to that frame's body
-        (:func:`~torchrbd.algorithms.chain_forward`)."""
+        (:func:`~torchrbd.algorithms.chain_forward`, which takes ``subspaces`` and ``every``)."""
         Hb = a["base_transform"][:, :3].permute(1, 2, 0).contiguous()  # (3, 4, B): one transposing copy
         R, pB = Hb[:, :3], Hb[:, 3]
         if frame is None:
@@ -338,7 +338,7 @@ class KinDynComputations:
         body = model.frame(frame)[0]
         # a transposed view: the chain gathers its own coordinates' rows, batch-last, in one copy
         q = a["joint_positions"].transpose(0, 1)
-        return alg.chain_forward(model, R, torch.zeros_like(pB), q, body, subspaces), R, pB
+        return alg.chain_forward(model, R, torch.zeros_like(pB), q, body, subspaces, every), R, pB
 
     # ----------------------------------------------------------- kinematics
     def forward_kinematics(self, frame: str, base_transform, joint_positions) -> torch.Tensor:
@@ -351,7 +351,7 @@ class KinDynComputations:
         # inductor fuses the chain's multiply-adds of short ones better than library products
         if not torch.compiler.is_compiling() or H.shape[0] >= DENSE_BELOW:
             return alg.frame_transforms(model, H, q, frame).reshape(*bs, 4, 4)
-        kin, _, pB = self._state(model, a, frame, subspaces=False)
+        kin, _, pB = self._state(model, a, frame, every=False)
         _, R, r = alg.frame_pose(model, kin, frame)
         H = homogeneous(to_batch_first(R), to_batch_first(r + pB))
         return H.reshape(*bs, 4, 4)
@@ -369,18 +369,23 @@ class KinDynComputations:
         """(..., 6, 6+n): frame velocity (in the representation) from the generalized velocity."""
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
         model.frame(frame)
-        kin, R, p = self._state(model, a, frame)
+        kin, R, p = self._state(model, a, frame, subspaces=self._rep != rep_.MIXED)  # (MIXED: made about the frame)
         return self._out(self._frame_jacobian(model, kin, R, p, frame), bs)
 
     def _frame_jacobian(self, model, kin, R, p, frame):
         """(6, 6+n, B) Jacobian of ``frame`` in the representation from chain kinematics
-        (:func:`~torchrbd.algorithms.chain_forward` or ``chain_rows``). Only the base
-        columns and those of the chain's coordinates are nonzero: convert those (as
-        twists, then the base block by T) and scatter them."""
+        (:func:`~torchrbd.algorithms.chain_forward` or ``chain_rows``; in MIXED ``kin.S``
+        is not read). Only the base columns and those of the chain's coordinates are
+        nonzero: convert those (as twists, then the base block by T) and scatter them."""
         rep = self._rep
         _, RF, pF = alg.frame_pose(model, kin, frame, rotation=rep == rep_.BODY)  # (the other two need no R_F)
-        if rep == rep_.MIXED:  # the base block is X itself: no unit twists to convert
-            return self._chain_scatter(model, kin, rep_.mixed_base_rows(pF), rep_.twists_to_rep(rep, kin.S, RF, pF, p))
+        if rep == rep_.MIXED:
+            # X maps a twist about O to the same twist about the frame origin: the
+            # chain's subspaces are made about that point, and the base block is X itself
+            chain = kin.chain
+            cols = (alg.motion_subspaces(model, kin.R, kin.p, chain.bodies, origin=pF) if len(chain)
+                    else pF.new_zeros(0, 6, pF.shape[-1]))
+            return self._chain_scatter(model, kin, rep_.mixed_base_rows(pF), cols)
         cols = rep_.twists_to_rep(rep, alg.chain_columns(kin), RF, pF, p)  # (6+k, 6, B)
         base = rep_.rows_times_T(rep, cols[:6].transpose(0, 1), R, p)
         return self._chain_scatter(model, kin, base, cols[6:])

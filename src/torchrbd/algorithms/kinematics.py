@@ -326,13 +326,16 @@ def _axis_terms(model: Model) -> torch.Tensor:
     return model_cached(model, "_axis_terms", make, depends_on=(model.joint_axis,))
 
 
-def motion_subspaces(model: Model, R: torch.Tensor, p: torch.Tensor, bodies=slice(None)) -> torch.Tensor:
+def motion_subspaces(model: Model, R: torch.Tensor, p: torch.Tensor, bodies=slice(None),
+                     origin: torch.Tensor | None = None) -> torch.Tensor:
     """(k, 6, B) world-origin joint twists per unit joint velocity (see :class:`Kinematics`)
-    of ``bodies`` (default all) posed by ``R`` (k, 3, 3, B), ``p`` (k, 3, B)."""
+    of ``bodies`` (default all) posed by ``R`` (k, 3, 3, B), ``p`` (k, 3, B); with
+    ``origin`` (3, B), the same twists about that point (world axes): ``[(o - origin) x s; s]``
+    for a revolute joint at o."""
     topo = topology(model)
     s = const_matmul(R, _axis_terms(model)[bodies])  # world axes (k, 3, 1 or 2, B)
     s_rev = s[:, :, 0]
-    lin = cross(p, s_rev)
+    lin = cross(p if origin is None else p - origin, s_rev)
     if topo.has_prismatic:
         lin = lin + s[:, :, 1]
     return torch.cat([lin, s_rev], dim=1)
@@ -348,27 +351,29 @@ at 320, 1.2x at 512."""
 
 
 def chain_forward(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: torch.Tensor, body: int,
-                  subspaces: bool = True) -> Kinematics:
+                  subspaces: bool = True, every: bool = True) -> Kinematics:
     """Kinematics of only the bodies on the path from the base to ``body``, what one
     frame's pose and Jacobian need (:func:`frame_pose` accepts it; the Jacobian's nonzero
     columns are ``chain.columns``): ``R``, ``p`` have one row per body of ``chain`` (the base alone when
-    ``body`` is the base), the last one ``body``'s; ``S`` (k, 6, B) one per coordinate
-    of ``chain.dofs`` (None unless ``subspaces``).
+    ``body`` is the base), the last one ``body``'s (only that one unless ``every``);
+    ``S`` (k, 6, B) one per coordinate of ``chain.dofs`` (None unless ``subspaces``,
+    which needs ``every``).
 
     The chain is composed one body after the other; the local transforms of all its
     joints are evaluated together first.
     """
     path = chain(model, body)
+    subspaces = subspaces and every
     if not len(path):
         S = q.new_zeros(0, 6, q.shape[-1]) if subspaces else None
         return Kinematics(base_R[None], base_p[None], S, path)
     B, q = q.shape[-1], q.index_select(0, path.dofs)
     if B == 1 or (B < CHAIN_PRODUCTS_BELOW[with_rules(base_R, base_p, q)] and not torch.compiler.is_compiling()):
-        X = _chain_poses_short(model, base_R, base_p, q, path.bodies, subspaces)
+        X = _chain_poses_short(model, base_R, base_p, q, path.bodies, every)
     else:
         local = _local_transforms(model, q, path.bodies, fuse=False)
         X = _base_pose_rows(base_R, base_p)[None]
-        if subspaces and _in_place(X, local):
+        if every and _in_place(X, local):
             poses = X.new_empty(local.shape[0], *X.shape[1:])
             for i, L in enumerate(pieces(local, 0)):
                 X = _compose_values(X, L, out=poses[i:i + 1])
@@ -378,7 +383,7 @@ def chain_forward(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: t
             for L in pieces(local, 0):
                 X = _compose(X, L)
                 poses.append(X)
-            X = torch.cat(poses, 0) if subspaces else X
+            X = torch.cat(poses, 0) if every else X
     R, p = _split_pose_rows(X)
     S = motion_subspaces(model, R, p, path.bodies) if subspaces else None
     return Kinematics(R=R, p=p, S=S, chain=path)
