@@ -39,7 +39,7 @@ import torch
 
 from ..model.model import Model
 from .batchlast import plain
-from .inertia import SpatialInertia
+from .inertia import SpatialInertia, _skew_bl
 from .kinematics import Kinematics, per_body
 from .rnea import velocity_terms
 from .topology import add_to_parents, model_cached, topology
@@ -84,23 +84,15 @@ def _as_index(rows, model: Model, k: int | None = None) -> torch.Tensor:
 
 
 def _blocks(inertia: SpatialInertia, bias: torch.Tensor) -> torch.Tensor:
-    """(nb, 6, 7, B) ``[I_i | p_i]`` = ``[[m 1, -[h]x, p_l], [[h]x, J, p_a]]``, each entry
-    written once, straight into its place: no skew matrix made first and copied (iCub,
-    B = 1024: 0.39 against 0.50 ms)."""
+    """(nb, 6, 7, B) ``[I_i | p_i]``, each entry written once."""
     m, h, J = inertia.m, inertia.h, inertia.J
     nb, B = h.shape[0], h.shape[-1]
     out = h.new_empty(nb, 6, 7, B)
-    mI, T, S = out[:, :3, :3], out[:, :3, 3:6], out[:, 3:, :3]  # m 1, -[h]x, [h]x
-    mI.zero_()
-    mI.diagonal(0, 1, 2).copy_(m[:, None].expand(nb, B, 3))
-    S.diagonal(0, 1, 2).zero_()
-    T.diagonal(0, 1, 2).zero_()
-    x, y, z = h.unbind(1)
-    for i, j, v in ((1, 0, z), (0, 2, y), (2, 1, x)):  # [h]x[i, j] = v = -[h]x[j, i]
-        S[:, i, j].copy_(v)
-        T[:, j, i].copy_(v)
-        torch.neg(v, out=S[:, j, i])
-        T[:, i, j].copy_(S[:, j, i])
+    eye = torch.eye(3, dtype=h.dtype, device=h.device)
+    H = _skew_bl(h)
+    out[:, :3, :3] = (m[:, :, None] * eye)[..., None]
+    out[:, :3, 3:6] = H.transpose(1, 2)  # -[h]x
+    out[:, 3:, :3] = H
     out[:, 3:, 3:6] = J
     out[:, :, 6] = bias
     return out

@@ -125,6 +125,12 @@ def _matrix_entries(device: str) -> torch.Tensor:
     return torch.tensor(rows, device=device).flatten()
 
 
+def _skew_bl(v):
+    """(k, 3, B) -> (k, 3, 3, B)."""
+    x, y, z = v[:, 0], v[:, 1], v[:, 2]
+    o = torch.zeros_like(x)
+    return torch.stack([o, -z, y, z, o, -x, -y, x, o], 1).reshape(v.shape[0], 3, 3, v.shape[-1])
+
 
 def body_parameters(model: Model):
     """(m (nb,), h (nb, 3), Io (nb, 3, 3)) of each body in its own frame (Io about the body origin).
