@@ -21,6 +21,6 @@ from .topology import Topology, topology
 __all__ = [
     "Kinematics", "Representations", "SpatialInertia", "Topology", "body_parameters", "body_poses",
     "body_velocities", "center_of_mass", "chain_column_rates", "chain_columns", "chain_forward", "chain_rows",
-    "dof_subspaces", "forward", "frame_pose", "frame_transforms", "gravity_twist", "link_poses", "mass_matrix_top", "motion_subspaces",
-    "assemble", "per_body", "prepare", "rnea_mixed", "topology", "world_inertias",
+    "dof_subspaces", "forward", "frame_pose", "frame_transforms", "gravity_twist", "link_poses", "mass_matrix_top",
+    "motion_subspaces", "assemble", "per_body", "prepare", "rnea_mixed", "topology", "world_inertias",
 ]
