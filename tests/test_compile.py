@@ -394,6 +394,33 @@ def test_compiled_batch_of_one_matches_pinocchio():
         np.testing.assert_allclose(value[0].numpy(), ref, rtol=1e-8, atol=1e-10, err_msg=name)
 
 
+def test_compiled_long_batch_mass_matrix_matches_pinocchio_in_each_representation():
+    """From ``DENSE_BELOW`` configurations on, compiled code on CPU places the mass
+    matrix's distinct entries with an operator of its own (``crba._place_op``, opaque to
+    inductor): a random tree against Pinocchio, a few configurations of the batch, in
+    each representation (MIXED places the base rows copied from ``[Mbb | F^T]``, the
+    other two only products)."""
+    import numpy as np
+    from pin_reference import REPRESENTATIONS, pin_robot_of
+    from random_trees import random_state, tree_from_rng
+
+    rng = np.random.default_rng(11)
+    tree = tree_from_rng(rng, max_links=6)
+    kd = torchrbd.KinDynComputations(tree.urdf, tree.joints_name_list)
+    pin = pin_robot_of(tree, kd.joints_name_list)
+    H, q, *_ = random_state(rng, kd.NDoF, DENSE_BELOW)
+    torch._dynamo.reset()
+    kc = kd.compiled()
+    for rep in REPRESENTATIONS:
+        kc.set_frame_velocity_representation(rep)
+        with torch.no_grad():
+            M = kc.mass_matrix(H, q)
+        assert M.shape == (DENSE_BELOW, 6 + kd.NDoF, 6 + kd.NDoF) and M.is_contiguous()
+        for b in (0, 37, DENSE_BELOW - 1):
+            np.testing.assert_allclose(M[b].numpy(), pin.mass_matrix(rep, H[b].numpy(), q[b].numpy()),
+                                       rtol=1e-8, atol=1e-10, err_msg=f"{rep} configuration {b}")
+
+
 def test_compiled_copies_of_two_robots_of_the_same_size_keep_their_own_code():
     """Compiled methods keep no guards on module globals (``kindyn._non_global_guards``) but
     every guard on the model: two different trees with as many joints and bodies,
