@@ -301,6 +301,12 @@ def mask_sum(mask: torch.Tensor, x: torch.Tensor, add: torch.Tensor | None = Non
     flat = x.reshape(x.shape[0], math.prod(x.shape[1:]))
     if add is None:
         out = torch.mm(mask, flat)
+    elif torch.compiler.is_compiling() and add.numel() == flat.shape[1]:
+        # the addition as one more term of the product, a column of ones in the mask:
+        # inductor turns mm + a broadcast addition back into addmm, which copies the
+        # addition into its output first
+        ones = mask.new_ones(mask.shape[0], 1)
+        out = torch.mm(torch.cat([mask, ones], 1), torch.cat([flat, beta * add.reshape(1, -1)]))
     elif torch.compiler.is_compiling():  # the addition fuses into the next kernel; addmm first copies it into out
         out = torch.mm(mask, flat) + beta * add.reshape(-1, flat.shape[1])
     else:
