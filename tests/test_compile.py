@@ -329,7 +329,7 @@ def test_compiled_code_reads_the_model_constants_instead_of_rebuilding_them():
         body = model.frame("FL_foot")[0]
         cached = model.__dict__
         constants = {"pseudo-inertias": cached.get("_pseudo_inertias"), "pose terms": cached.get("_joint_pose_matrix"),
-                     "ancestor mask": getattr(cached.get("_topology"), "ancestor", None),
+                     "ancestor columns": getattr(cached.get("_topology"), "ancestor_columns", (None,))[0],
                      "chain": getattr(cached.get("_chains", {}).get(body), "dofs", None)}
         for name, constant in constants.items():
             assert constant is not None and any(x is constant for x in inputs), name

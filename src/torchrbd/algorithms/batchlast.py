@@ -294,10 +294,28 @@ _Cross = bilinear_function(
 )
 
 
-def mask_sum(mask: torch.Tensor, x: torch.Tensor, add: torch.Tensor | None = None, beta: float = 1) -> torch.Tensor:
+def mask_sum(mask: torch.Tensor, x: torch.Tensor, add: torch.Tensor | None = None, beta: float = 1,
+             columns=None) -> torch.Tensor:
     """``beta add + sum_k mask[i, k] x[k]``: (r, k) mask, (k, *s) x, optional ``add``
     (*s, broadcast over i, or (r, *s)) -> (r, *s). One matrix product over the flattened
-    trailing dimensions (sums over supports or subtrees with a 0/1 mask)."""
+    trailing dimensions (sums over supports or subtrees with a 0/1 mask).
+
+    ``columns``: the mask as padded column lists ``(cols, weights)`` (r, w) (see
+    ``Topology.ancestor_columns``). Compiled, the sum is then w gathered terms, which
+    inductor fuses into the kernels around it (no library product, whose operands
+    and result each make a pass over memory); a few nonzeros per row only: iCub's
+    supports (w = 8 of 24 bodies) took 0.90-0.93x the time for the compiled bias
+    force at B = 1024, where its subtrees (w = 24 for the whole tree) took 1.3x."""
+    if columns is not None and torch.compiler.is_compiling():
+        cols, weights = columns
+        shape = (cols.shape[0], *([1] * (x.dim() - 1)))
+        out = None if add is None else beta * add
+        for k in range(cols.shape[1]):
+            # one term per column position, so that inductor vectorises over the batch
+            # (x[cols] * weights summed over dim 1 vectorised over the 8 positions: 9x the time)
+            term = x.index_select(0, cols[:, k]) * weights[:, k].view(shape)
+            out = term if out is None else out + term
+        return out
     flat = x.reshape(x.shape[0], math.prod(x.shape[1:]))
     if add is None:
         out = torch.mm(mask, flat)

@@ -66,7 +66,8 @@ def body_velocities(model, kin: Kinematics, V0, qd):
 def _twists(model, S, V0, qd):
     """:func:`body_velocities` from the bodies' motion subspaces ``S`` (nb, 6, B)."""
     Sqd = S * per_body(model, qd)[:, None]
-    return mask_sum(topology(model).ancestor, Sqd, add=V0), Sqd
+    topo = topology(model)
+    return mask_sum(topo.ancestor, Sqd, add=V0, columns=topo.ancestor_columns), Sqd
 
 
 @functools.lru_cache(maxsize=8)
@@ -116,7 +117,7 @@ def _forward_sweeps(model, S, S_dof, inertia: SpatialInertia, V0, A0, qd, qdd, b
     V, Sqd, dA, IV, VxIV = velocity or _velocity_terms(model, S, inertia, V0, qd)
     if qdd is not None:
         dA = torch.addcmul(dA, S, per_body(model, qdd)[:, None])
-    A = mask_sum(topo.ancestor, dA, add=A0)
+    A = mask_sum(topo.ancestor, dA, add=A0, columns=topo.ancestor_columns)
     # I A + V x* I V: added into V x* I V where it is this call's own
     f = inertia.apply(A, add_to=VxIV) if velocity is None else inertia.apply(A) + VxIV
     if body_wrenches is not None:

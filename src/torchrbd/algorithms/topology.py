@@ -31,6 +31,9 @@ class Topology:
       bodies' own (models built by :func:`~torchrbd.model.builder.build_model`).
     * ``ancestor``: (nbody, nbody) float mask, ``ancestor[i, j] = 1`` when body j
       is body i or one of its ancestors (its *support*).
+    * ``ancestor_columns``: ``(cols, weights)`` (nbody, depth) the same mask as each
+      row's nonzero columns, padded with column 0 at weight 0 (compiled sums over
+      supports, see :func:`~.batchlast.mask_sum`).
     * ``body_of_dof``: (n,) body moved by each coordinate.
     * ``dof_row_of_body``: (nbody,) ``1 +`` the coordinate of each body's joint, 0 for
       bodies without one: the rows of the coordinates with a zero row prepended that
@@ -69,6 +72,7 @@ class Topology:
     mass_matrix_place: torch.Tensor
     mass_matrix_joint_diagonal: torch.Tensor
     mass_matrix_pairs: torch.Tensor
+    ancestor_columns: tuple
     has_revolute: bool
     has_prismatic: bool
 
@@ -152,9 +156,19 @@ def _topology(parents: tuple, jtypes: tuple, body_dof: tuple, link_body: tuple, 
         mass_matrix_joint_diagonal=long([where[i * N + i] for i in range(6, N)]),
         mass_matrix_pairs=long([[e // N - 6 for e in entries if 6 * N <= e < zero],
                                 [e % N - 6 for e in entries if 6 * N <= e < zero]]),
+        ancestor_columns=_padded_columns(anc, device, dtype),
         has_revolute=JointType.REVOLUTE in jtypes,
         has_prismatic=JointType.PRISMATIC in jtypes,
     )
+
+
+def _padded_columns(mask, device, dtype):
+    """``(cols, weights)`` (r, w) of a 0/1 mask (r, k): each row's nonzero columns,
+    padded to the longest row's count with column 0 and weight 0."""
+    rows = [[j for j, v in enumerate(r) if v] for r in mask]
+    w = max(len(r) for r in rows)
+    return (torch.tensor([r + [0] * (w - len(r)) for r in rows], dtype=torch.long, device=device),
+            torch.tensor([[1.0] * len(r) + [0.0] * (w - len(r)) for r in rows], dtype=dtype, device=device))
 
 
 def topology(model: Model) -> Topology:
