@@ -455,11 +455,11 @@ def test_aba_on_the_sweep_to_second_order(kd, sweep_with_gradients):
 def test_rnea_adjoint_sweep_to_second_order(kd, B):
     """With gradients (eager), the RNEA runs through ``rnea._RNEA``, whose backward is
     the adjoint sweep: first and second derivatives w.r.t. every input (the bodies'
-    and coordinates' motion subspaces, the inertia parameters with a non-symmetric J,
+    motion subspaces, the inertia parameters with a non-symmetric J,
     the base twist and acceleration, joint velocities and accelerations, body wrenches)
     against finite differences, on short batches (library cross products) and long
     ones (batch-last cross products); the bias force's graph holds that Function."""
-    from torchrbd.algorithms import forward, rnea, topology, world_inertias
+    from torchrbd.algorithms import forward, rnea, world_inertias
     from torchrbd.algorithms.inertia import SpatialInertia
 
     model = kd.model
@@ -469,18 +469,17 @@ def test_rnea_adjoint_sweep_to_second_order(kd, B):
     R = _rot(np.random.default_rng(10))[..., None].expand(3, 3, B).contiguous()
     kin = forward(model, R, r(3, B), r(n, B))
     inertia = world_inertias(model, kin)
-    S_dof = kin.S.index_select(0, topology(model).body_of_dof)
     J = inertia.J + 0.01 * r(nb, 3, 3, B)  # not symmetric: the backward is exact for any J
     inputs = tuple(x.detach().clone().requires_grad_() for x in (
-        kin.S, S_dof, inertia.m, inertia.h, J, r(6, B), r(6, B), r(n, B), r(n, B), r(nb, 6, B)))
+        kin.S, inertia.m, inertia.h, J, r(6, B), r(6, B), r(n, B), r(n, B), r(nb, 6, B)))
 
     def f(*x):
         return rnea._RNEA.apply(model, *x)
 
     assert "_RNEABackward" in graph_names(f(*inputs))
     with torch.no_grad():  # as the Function's forward runs them (long batches: products into buffers)
-        S, S_dof, m, h, J, *rest = inputs
-        plain = rnea._forward_sweeps(model, S, S_dof, SpatialInertia(m, h, J), *rest)[0]
+        S, m, h, J, *rest = inputs
+        plain = rnea._forward_sweeps(model, S, SpatialInertia(m, h, J), *rest)[0]
     torch.testing.assert_close(f(*inputs), plain, rtol=0, atol=0)
     short = B < DENSE_BELOW  # every entry for a short batch, random projections for a long one
     assert gradcheck(f, inputs, eps=1e-6, atol=1e-6, rtol=1e-6, fast_mode=not short)

@@ -96,7 +96,7 @@ def _tree_accelerations(model, kin: Kinematics, inertia: SpatialInertia, V0, qd,
     (:func:`~.tree_cholesky.factor_tensors`) and the RNEA's velocity terms."""
     Mbb, F, S = mass_matrix_top(model, kin, inertia)
     velocity = velocity_terms(model, kin, inertia, V0, qd)
-    h = rnea_from_terms(model, kin.S, S, inertia, V0, -gravity, qd, None, velocity)
+    h = rnea_from_terms(model, kin.S, inertia, V0, -gravity, qd, None, velocity)
     plan = tree_cholesky.tree_plan(model)
     fac = tree_cholesky.factor(plan, tree_cholesky.packed_inertia(model, plan, F, S, Mbb))
     tree_cholesky.check_positive(fac)
@@ -137,8 +137,6 @@ class _Implicit(torch.autograd.Function):
         # the RNEA's inputs that need a gradient (gravity through A0); none for the forces alone
         need = ctx.needs_input_grad[1:]
         ctx.rnea_need = {name for name, n in zip(("S", "m", "h", "J", "V0", "qd", "A0"), need[:6] + need[7:8]) if n}
-        if "S" in ctx.rnea_need:
-            ctx.rnea_need.add("S_dof")
         terms = rnea_terms(model, S, m, h, J, V0, A0, qd, acc[6:], velocity) if ctx.rnea_need else ()
         ctx.model, ctx.n_terms = model, len(terms)
         ctx.save_for_backward(S, m, h, J, V0, qd, force, gravity, armature, acc, A0, *terms, *factor)
@@ -160,9 +158,7 @@ class _Implicit(torch.autograd.Function):
         # R = RNEA(acc) (+ armature qdd) - force, A0 = acc_base - gravity; cotangent -M^-1 abar
         y = _solve_again(model, S, ctx.tree, factor, abar)
         qdd = acc[6:]
-        g = rnea_adjoint(model, S, None, m, h, J, V0, A0, qd, qdd, terms, y.neg(), ctx.rnea_need) if terms else {}
-        if "S" in g:
-            g["S"] = g["S"].index_add(0, topology(model).body_of_dof, g.pop("S_dof"))
+        g = rnea_adjoint(model, S, m, h, J, V0, A0, qd, qdd, terms, y.neg(), ctx.rnea_need) if terms else {}
         grad_gravity = g["A0"].sum_to_size(gravity.shape).neg() if "A0" in g else None  # d A0 / d gravity = -1
         grad_armature = (y[6:] * qdd).sum(-1).neg() if need[8] else None
         return (None, g.get("S"), g.get("m"), g.get("h"), g.get("J"), g.get("V0"), g.get("qd"),

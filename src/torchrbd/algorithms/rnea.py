@@ -14,11 +14,12 @@ import torch
 
 from .batchlast import (
     DENSE_BELOW, cross, cross_add_, cross_sum, dense_products, dense_t_times, dense_times, halves, has_tangent,
-    mask_sum, pair, plain, with_rules, writes_into_buffers,
+    pair, plain, with_rules, writes_into_buffers,
 )
 from .inertia import SpatialInertia
-from .kinematics import Kinematics, dof_subspaces, per_body
+from .kinematics import Kinematics, per_body
 from .topology import model_cached, topology
+from .tree_sums import subtree_sums, support_sums
 
 
 def motion_cross(V, m):
@@ -66,8 +67,7 @@ def body_velocities(model, kin: Kinematics, V0, qd):
 def _twists(model, S, V0, qd):
     """:func:`body_velocities` from the bodies' motion subspaces ``S`` (nb, 6, B)."""
     Sqd = S * per_body(model, qd)[:, None]
-    topo = topology(model)
-    return mask_sum(topo.ancestor, Sqd, add=V0, columns=topo.ancestor_columns), Sqd
+    return support_sums(model, Sqd, add=V0), Sqd
 
 
 @functools.lru_cache(maxsize=8)
@@ -98,36 +98,33 @@ def rnea_mixed(model, kin: Kinematics, inertia: SpatialInertia, V0, A0, qd, qdd,
     on each body (world axes). Returns ``[F_base; tau]``.
     Eager with gradients: through :class:`_RNEA`, whose backward is the adjoint sweep.
     """
-    S_dof = dof_subspaces(model, kin)
-    inputs = (kin.S, S_dof, inertia.m, inertia.h, inertia.J, V0, A0, qd, qdd, body_wrenches)
+    inputs = (kin.S, inertia.m, inertia.h, inertia.J, V0, A0, qd, qdd, body_wrenches)
     given = [t for t in inputs if t is not None]
     if with_rules(*given) and all(plain(t) for t in given) and not has_tangent(*given):
         return _RNEA.apply(model, *inputs)
     # the inertia itself, with the dense matrices a short batch's CRBA may have kept on it
-    return _forward_sweeps(model, kin.S, S_dof, inertia, V0, A0, qd, qdd, body_wrenches)[0]
+    return _forward_sweeps(model, kin.S, inertia, V0, A0, qd, qdd, body_wrenches)[0]
 
 
-def _forward_sweeps(model, S, S_dof, inertia: SpatialInertia, V0, A0, qd, qdd, body_wrenches, velocity=None):
+def _forward_sweeps(model, S, inertia: SpatialInertia, V0, A0, qd, qdd, body_wrenches, velocity=None, forces=True):
     """``[F_base; tau]`` (6+n, B) and what the backward needs: the bodies' joint
-    twists ``Sqd``, twists ``V``, accelerations ``A``, momenta ``I V`` (nb, 6, B) and
-    the coordinates' subtree wrenches ``F`` (n, 6, B). ``velocity``: the
-    :func:`velocity_terms` of these inputs when they are already known; ``S_dof``
-    None: the terms alone (no generalized forces)."""
-    topo = topology(model)
+    twists ``Sqd``, twists ``V``, accelerations ``A``, momenta ``I V`` and subtree
+    wrenches ``F`` (nb, 6, B; ``F[0]`` the total). ``S`` (nb, 6, B) the bodies' motion
+    subspaces; ``velocity``: the :func:`velocity_terms` of these inputs when they are
+    already known; ``forces`` False: the terms alone (no generalized forces)."""
     V, Sqd, dA, IV, VxIV = velocity or _velocity_terms(model, S, inertia, V0, qd)
     if qdd is not None:
         dA = torch.addcmul(dA, S, per_body(model, qdd)[:, None])
-    A = mask_sum(topo.ancestor, dA, add=A0, columns=topo.ancestor_columns)
+    A = support_sums(model, dA, add=A0)
     # I A + V x* I V: added into V x* I V where it is this call's own
     f = inertia.apply(A, add_to=VxIV) if velocity is None else inertia.apply(A) + VxIV
     if body_wrenches is not None:
         f = f - body_wrenches
-    F = mask_sum(topo.subtrees, f)  # the total wrench, then one per coordinate's subtree
-    F0, F = F.split_with_sizes([1, model.n])
-    if S_dof is None:
+    F = subtree_sums(model, f, in_place=True)  # f is this call's own
+    if not forces:
         return None, (Sqd, V, A, IV, F)
-    tau = (S_dof * F).sum(1)
-    return torch.cat([F0[0], tau], 0), (Sqd, V, A, IV, F)
+    tau = (S * F).sum(1).index_select(0, topology(model).body_of_dof)  # S_a . F_a at each coordinate's body
+    return torch.cat([F[0], tau], 0), (Sqd, V, A, IV, F)
 
 
 def velocity_terms(model, kin: Kinematics, inertia: SpatialInertia, V0, qd):
@@ -154,18 +151,18 @@ def motion_cross_matrices(V):
     return values.index_select(1, _cross_entries(str(V.device))).view(k, 6, 6, B)
 
 
-def rnea_from_terms(model, S, S_dof, inertia: SpatialInertia, V0, A0, qd, qdd, velocity):
+def rnea_from_terms(model, S, inertia: SpatialInertia, V0, A0, qd, qdd, velocity):
     """:func:`rnea_mixed` without body wrenches (and without its backward rule), given the
-    :func:`velocity_terms` ``velocity`` of these inputs; ``S`` (nb, 6, B) and ``S_dof``
-    (n, 6, B) the bodies' and the coordinates' motion subspaces."""
-    return _forward_sweeps(model, S, S_dof, inertia, V0, A0, qd, qdd, None, velocity)[0]
+    :func:`velocity_terms` ``velocity`` of these inputs; ``S`` (nb, 6, B) the bodies'
+    motion subspaces."""
+    return _forward_sweeps(model, S, inertia, V0, A0, qd, qdd, None, velocity)[0]
 
 
 def rnea_terms(model, S, m, h, J, V0, A0, qd, qdd, velocity):
     """What :func:`rnea_adjoint` needs of the RNEA at these inputs (``S`` (nb, 6, B) the
     bodies' motion subspaces, the others as for :func:`rnea_mixed`), given their
     :func:`velocity_terms` ``velocity``: the forward sweeps but the last product."""
-    return _forward_sweeps(model, S, None, SpatialInertia(m, h, J), V0, A0, qd, qdd, None, velocity)[1]
+    return _forward_sweeps(model, S, SpatialInertia(m, h, J), V0, A0, qd, qdd, None, velocity, forces=False)[1]
 
 
 class _RNEA(torch.autograd.Function):
@@ -188,51 +185,50 @@ class _RNEA(torch.autograd.Function):
     recomputes the forward sweeps inside the graph."""
 
     @staticmethod
-    def forward(ctx, model, S, S_dof, m, h, J, V0, A0, qd, qdd, body_wrenches):
-        tau, terms = _forward_sweeps(model, S, S_dof, SpatialInertia(m, h, J), V0, A0, qd, qdd, body_wrenches)
+    def forward(ctx, model, S, m, h, J, V0, A0, qd, qdd, body_wrenches):
+        tau, terms = _forward_sweeps(model, S, SpatialInertia(m, h, J), V0, A0, qd, qdd, body_wrenches)
         ctx.model = model
-        ctx.save_for_backward(S, S_dof, m, h, J, V0, A0, qd, qdd, body_wrenches, *terms)
+        ctx.save_for_backward(S, m, h, J, V0, A0, qd, qdd, body_wrenches, *terms)
         return tau
 
     @staticmethod
     def backward(ctx, g):
         model = ctx.model
-        S, S_dof, m, h, J, V0, A0, qd, qdd, wrenches, *terms = ctx.saved_tensors
+        S, m, h, J, V0, A0, qd, qdd, wrenches, *terms = ctx.saved_tensors
         if torch.is_grad_enabled():  # double backward: the sweeps' values as functions of the inputs
-            terms = _forward_sweeps(model, S, S_dof, SpatialInertia(m, h, J), V0, A0, qd, qdd, wrenches)[1]
-        names = ("S", "S_dof", "m", "h", "J", "V0", "A0", "qd", "qdd", "w")
+            terms = _forward_sweeps(model, S, SpatialInertia(m, h, J), V0, A0, qd, qdd, wrenches)[1]
+        names = ("S", "m", "h", "J", "V0", "A0", "qd", "qdd", "w")
         need = {name for name, wanted in zip(names, ctx.needs_input_grad[1:]) if wanted}
-        grads = rnea_adjoint(model, S, S_dof, m, h, J, V0, A0, qd, qdd, terms, g, need)
+        grads = rnea_adjoint(model, S, m, h, J, V0, A0, qd, qdd, terms, g, need)
         return None, *(grads.get(name) for name in names)
 
 
-def rnea_adjoint(model, S, S_dof, m, h, J, V0, A0, qd, qdd, terms, g, need) -> dict:
+def rnea_adjoint(model, S, m, h, J, V0, A0, qd, qdd, terms, g, need) -> dict:
     """The vector-Jacobian product of :func:`rnea_mixed` for the cotangent ``g``
     (6+n, B) (the adjoint sweep of :class:`_RNEA`), from the forward's ``terms``
-    (:func:`rnea_terms`): the gradients named in ``need`` among ``S``, ``S_dof``, ``m``,
-    ``h``, ``J``, ``V0``, ``A0``, ``qd``, ``qdd`` and ``w`` (the body wrenches), by name.
-    ``S_dof`` None: gathered from ``S``."""
+    (:func:`rnea_terms`): the gradients named in ``need`` among ``S``, ``m``, ``h``,
+    ``J``, ``V0``, ``A0``, ``qd``, ``qdd`` and ``w`` (the body wrenches), by name."""
     Sqd, V, A, IV, F = terms
-    topo = topology(model)
     transposed = SpatialInertia(m, h, J.transpose(1, 2))  # I^T (I as given: exact for any J)
     g0, gj = g.split_with_sizes([6, model.n])
-    if S_dof is None:
-        S_dof = dof_subspaces(model, Kinematics(None, None, S))
-    fbar = mask_sum(topo.subtrees[1:].t(), gj[:, None] * S_dof, add=g0)  # (row 0 of subtrees: all ones)
+    g_b = per_body(model, gj)[:, None]  # (nb, 1, B) each body's joint's cotangent, 0 for the base
+    fbar = support_sums(model, g_b * S, add=g0)  # the subtrees holding body i: its support's joints
     u = motion_cross(V, fbar)
     Abar = transposed.apply(fbar)
     minus_Vbar = force_cross(fbar, IV) + transposed.apply(u)
-    dAbar = mask_sum(topo.ancestor.t(), Abar)
-    Vbar = force_cross(Sqd, dAbar) - minus_Vbar
-    Sqdbar = mask_sum(topo.ancestor.t(), Vbar, add=force_cross(V, dAbar), beta=-1)
-    qd_b = per_body(model, qd)
     grads = {}
-    if "S" in need:
-        grads["S"] = Sqdbar * qd_b[:, None]
+    if "A0" in need:
+        grads["A0"] = Abar.sum(0).sum_to_size(A0.shape)
+    dAbar = subtree_sums(model, Abar, in_place=True)
+    Vbar = force_cross(Sqd, dAbar) - minus_Vbar
+    if "V0" in need:
+        grads["V0"] = Vbar.sum(0).sum_to_size(V0.shape)
+    Sqdbar = subtree_sums(model, Vbar, in_place=True) - force_cross(V, dAbar)
+    qd_b = per_body(model, qd)
+    if "S" in need:  # through the twists, the accelerations and tau = S . F
+        grads["S"] = torch.addcmul(Sqdbar * qd_b[:, None], g_b, F)
         if qdd is not None:
             grads["S"] = torch.addcmul(grads["S"], dAbar, per_body(model, qdd)[:, None])
-    if "S_dof" in need:
-        grads["S_dof"] = gj[:, None] * F
     if need & {"m", "h", "J"}:  # <fbar, I A> - <u, I V> as a function of (m, h, J)
         (fl, fa), (ul, ua), (Al, Aa), (Vl, Va) = (halves(x) for x in (fbar, u, A, V))
         if "m" in need:
@@ -242,11 +238,7 @@ def rnea_adjoint(model, S, S_dof, m, h, J, V0, A0, qd, qdd, terms, g, need) -> d
         if "J" in need:  # fa Aa^T - ua Va^T
             grads["J"] = (fa[:, :, None] * Aa[:, None]).addcmul_(ua[:, :, None], Va[:, None], value=-1)
             grads["J"] = grads["J"].sum_to_size(J.shape)
-    if "V0" in need:
-        grads["V0"] = Vbar.sum(0).sum_to_size(V0.shape)
-    if "A0" in need:
-        grads["A0"] = Abar.sum(0).sum_to_size(A0.shape)
-    body_of_dof = topo.body_of_dof
+    body_of_dof = topology(model).body_of_dof
     if "qd" in need:
         grads["qd"] = (Sqdbar * S).sum(1).index_select(0, body_of_dof)
     if "qdd" in need:

@@ -2,8 +2,9 @@
 
 The tree sweep used by every algorithm: bodies are processed one depth level
 at a time (all bodies of a level in one batched op). Sums over subtrees and
-over supports (ancestors) are matrix products with 0/1 masks, which suits
-world-frame quantities (no per-level transforms are needed there).
+over supports (ancestors) need no per-level transforms for world-frame quantities:
+they are matrix products with 0/1 masks, or, for eager long batches without
+gradients, level sweeps into one buffer (:mod:`~.tree_sums`).
 """
 
 from __future__ import annotations

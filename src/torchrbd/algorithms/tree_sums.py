@@ -1,0 +1,59 @@
+"""Sums over supports and subtrees of world-frame quantities (batch-last).
+
+``support_sums``: ``y_i = add + sum over the support of body i (i and its ancestors) of
+x_j``; ``subtree_sums``: ``y_i = sum over the subtree of body i of x_k``. Both are
+products with 0/1 masks (``Topology.ancestor``, ``Topology.subtrees``), which is what
+gradients, compiled code and short batches use. Eager long batches without gradients
+sweep the tree level by level into one buffer instead: one addition per level (the
+support sums, root first) or one addition into the parents per level (the subtree
+sums, leaves first). In a call, the library product's operands come from memory, and
+it took 2-3x its time alone (iCub's bias force at B = 1024: 0.25 ms per sum, see
+BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .batchlast import DENSE_BELOW, mask_sum, writes_into_buffers
+from .topology import add_to_parents, topology
+
+
+def _sweeps(topo, *tensors) -> bool:
+    """Whether to sweep the levels: eager, no gradients, a long batch, bodies stored
+    level by level (every level a slice)."""
+    return (tensors[0].shape[-1] >= DENSE_BELOW and topo.unsort is None
+            and writes_into_buffers(*(t for t in tensors if t is not None)))
+
+
+def support_sums(model, x: torch.Tensor, add: torch.Tensor | None = None, beta: float = 1) -> torch.Tensor:
+    """``beta add + sum_{j in support(i)} x_j``: (nb, *s) x, ``add`` (*s) broadcast over
+    the bodies -> (nb, *s). Compiled: gathered terms (see :func:`~.batchlast.mask_sum`)."""
+    topo = topology(model)
+    if not _sweeps(topo, x, add):
+        return mask_sum(topo.ancestor, x, add=add, beta=beta, columns=topo.ancestor_columns)
+    out = torch.empty_like(x)
+    if add is None:
+        out[0].copy_(x[0])
+    else:
+        torch.add(x[0], add, alpha=beta, out=out[0])
+    above = out[:1]
+    for rows, parents in zip(topo.levels, topo.level_parent_pos):
+        up = above[parents] if isinstance(parents, slice) else above.index_select(0, parents)
+        torch.add(x[rows], up, out=out[rows])
+        above = out[rows]
+    return out
+
+
+def subtree_sums(model, x: torch.Tensor, in_place: bool = False) -> torch.Tensor:
+    """``sum_{k in subtree(i)} x_k`` for x (nb, *s) -> (nb, *s); row 0 (the base's) is
+    the whole tree's sum. ``in_place``: a sweep may sum into ``x`` itself (a tensor of
+    the caller's own, not used again), which saves a copy."""
+    topo = topology(model)
+    if not _sweeps(topo, x):
+        return mask_sum(topo.ancestor.t(), x)
+    out = x if in_place else x.clone()
+    above = [slice(0, 1), *topo.levels[:-1]]  # the level above each level
+    for rows, parents, up in reversed(list(zip(topo.levels, topo.level_parent_pos, above))):
+        add_to_parents(out[up], parents, out[rows])
+    return out
