@@ -152,6 +152,12 @@ def _compose(Xp: torch.Tensor, L: torch.Tensor) -> torch.Tensor:
 
 def _compose_values(Xp: torch.Tensor, L: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     cols, rows = pieces(Xp, 2), pieces(L, 1)
+    if torch.compiler.is_compiling() and out is None:
+        # one pointwise expression, ``Rp [R | p] + pp e_4^T``, which inductor writes
+        # straight into its consumer (an in-place update of the last column would be
+        # stored, then copied with that column replaced)
+        last = torch.tensor([0.0, 0.0, 0.0, 1.0], dtype=Xp.dtype, device=Xp.device).view(4, *[1] * (Xp.dim() - 3))
+        return cols[0] * rows[0] + cols[1] * rows[1] + cols[2] * rows[2] + cols[3] * last
     X = torch.mul(cols[0], rows[0], out=out).addcmul_(cols[1], rows[1]).addcmul_(cols[2], rows[2])
     X[:, :, 3:].add_(cols[3])  # + pp, in place (`X[...] += ` would also copy the slice back)
     return X
