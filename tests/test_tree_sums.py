@@ -21,10 +21,10 @@ def _supports(parents):
     return out
 
 
-def _loops(model, x, add, beta):
+def _loops(model, x, add):
     parents = [int(p) for p in model.body_parent]
     supports = _supports(parents)
-    support = torch.stack([beta * add + sum(x[j] for j in s) for s in supports])
+    support = torch.stack([add + sum(x[j] for j in s) for s in supports])
     subtree = torch.stack([sum(x[k] for k in range(len(parents)) if i in supports[k]) for i in range(len(parents))])
     return support, subtree
 
@@ -35,16 +35,16 @@ def test_sums_against_loops(robot, B):
     g = torch.Generator().manual_seed(B)
     x = torch.randn(model.nbody, 6, B, generator=g, dtype=torch.float64)
     add = torch.randn(6, B, generator=g, dtype=torch.float64)
-    support, subtree = _loops(model, x, add, -0.5)
+    support, subtree = _loops(model, x, add)
     kept = x.clone()
     with torch.no_grad():  # B >= DENSE_BELOW: the level sweeps
-        torch.testing.assert_close(support_sums(model, x, add=add, beta=-0.5), support, rtol=1e-12, atol=1e-12)
-        torch.testing.assert_close(support_sums(model, x), _loops(model, x, torch.zeros_like(add), 1)[0],
+        torch.testing.assert_close(support_sums(model, x, add=add), support, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(support_sums(model, x), _loops(model, x, torch.zeros_like(add))[0],
                                    rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(subtree_sums(model, x), subtree, rtol=1e-12, atol=1e-12)
         assert torch.equal(x, kept)  # not summed in place unless asked
         own = x.clone()
         torch.testing.assert_close(subtree_sums(model, own, in_place=True), subtree, rtol=1e-12, atol=1e-12)
     xg = x.clone().requires_grad_()  # with gradients: the mask products
-    torch.testing.assert_close(support_sums(model, xg, add=add, beta=-0.5), support, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(support_sums(model, xg, add=add), support, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(subtree_sums(model, xg), subtree, rtol=1e-12, atol=1e-12)

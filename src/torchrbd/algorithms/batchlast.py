@@ -294,9 +294,9 @@ _Cross = bilinear_function(
 )
 
 
-def mask_sum(mask: torch.Tensor, x: torch.Tensor, add: torch.Tensor | None = None, beta: float = 1,
+def mask_sum(mask: torch.Tensor, x: torch.Tensor, add: torch.Tensor | None = None,
              columns=None) -> torch.Tensor:
-    """``beta add + sum_k mask[i, k] x[k]``: (r, k) mask, (k, *s) x, optional ``add``
+    """``add + sum_k mask[i, k] x[k]``: (r, k) mask, (k, *s) x, optional ``add``
     (*s, broadcast over i, or (r, *s)) -> (r, *s). One matrix product over the flattened
     trailing dimensions (sums over supports or subtrees with a 0/1 mask).
 
@@ -309,7 +309,7 @@ def mask_sum(mask: torch.Tensor, x: torch.Tensor, add: torch.Tensor | None = Non
     if columns is not None and torch.compiler.is_compiling():
         cols, weights = columns
         shape = (cols.shape[0], *([1] * (x.dim() - 1)))
-        out = None if add is None else beta * add
+        out = add
         for k in range(cols.shape[1]):
             # one term per column position, so that inductor vectorises over the batch
             # (x[cols] * weights summed over dim 1 vectorised over the 8 positions: 9x the time)
@@ -324,11 +324,11 @@ def mask_sum(mask: torch.Tensor, x: torch.Tensor, add: torch.Tensor | None = Non
         # inductor turns mm + a broadcast addition back into addmm, which copies the
         # addition into its output first
         ones = mask.new_ones(mask.shape[0], 1)
-        out = torch.mm(torch.cat([mask, ones], 1), torch.cat([flat, beta * add.reshape(1, -1)]))
+        out = torch.mm(torch.cat([mask, ones], 1), torch.cat([flat, add.reshape(1, -1)]))
     elif torch.compiler.is_compiling():  # the addition fuses into the next kernel; addmm first copies it into out
-        out = torch.mm(mask, flat) + beta * add.reshape(-1, flat.shape[1])
+        out = torch.mm(mask, flat) + add.reshape(-1, flat.shape[1])
     else:
-        out = torch.addmm(add.reshape(-1, flat.shape[1]), mask, flat, beta=beta)
+        out = torch.addmm(add.reshape(-1, flat.shape[1]), mask, flat)
     return out.reshape(mask.shape[0], *x.shape[1:])
 
 

@@ -217,11 +217,11 @@ def rnea_adjoint(model, S, m, h, J, V0, A0, qd, qdd, terms, g, need) -> dict:
     Abar = transposed.apply(fbar)
     minus_Vbar = force_cross(fbar, IV) + transposed.apply(u)
     grads = {}
-    if "A0" in need:
+    if "A0" in need:  # (before the subtree sums overwrite Abar)
         grads["A0"] = Abar.sum(0).sum_to_size(A0.shape)
     dAbar = subtree_sums(model, Abar, in_place=True)
     Vbar = force_cross(Sqd, dAbar) - minus_Vbar
-    if "V0" in need:
+    if "V0" in need:  # (before the subtree sums overwrite Vbar)
         grads["V0"] = Vbar.sum(0).sum_to_size(V0.shape)
     Sqdbar = subtree_sums(model, Vbar, in_place=True) - force_cross(V, dAbar)
     qd_b = per_body(model, qd)

@@ -26,17 +26,17 @@ def _sweeps(topo, *tensors) -> bool:
             and writes_into_buffers(*(t for t in tensors if t is not None)))
 
 
-def support_sums(model, x: torch.Tensor, add: torch.Tensor | None = None, beta: float = 1) -> torch.Tensor:
-    """``beta add + sum_{j in support(i)} x_j``: (nb, *s) x, ``add`` (*s) broadcast over
+def support_sums(model, x: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:
+    """``add + sum_{j in support(i)} x_j``: (nb, *s) x, ``add`` (*s) broadcast over
     the bodies -> (nb, *s). Compiled: gathered terms (see :func:`~.batchlast.mask_sum`)."""
     topo = topology(model)
     if not _sweeps(topo, x, add):
-        return mask_sum(topo.ancestor, x, add=add, beta=beta, columns=topo.ancestor_columns)
+        return mask_sum(topo.ancestor, x, add=add, columns=topo.ancestor_columns)
     out = torch.empty_like(x)
     if add is None:
         out[0].copy_(x[0])
     else:
-        torch.add(x[0], add, alpha=beta, out=out[0])
+        torch.add(x[0], add, out=out[0])
     above = out[:1]
     for rows, parents in zip(topo.levels, topo.level_parent_pos):
         up = above[parents] if isinstance(parents, slice) else above.index_select(0, parents)
