@@ -2,7 +2,7 @@
 
 ``support_sums``: ``y_i = add + sum over the support of body i (i and its ancestors) of
 x_j``; ``subtree_sums``: ``y_i = sum over the subtree of body i of x_k``. Both are
-products with 0/1 masks (``Topology.ancestor``, ``Topology.subtrees``), which is what
+products with a 0/1 mask (``Topology.ancestor`` and its transpose), which is what
 gradients, compiled code and short batches use. Eager long batches without gradients
 sweep the tree level by level into one buffer instead: one addition per level (the
 support sums, root first) or one addition into the parents per level (the subtree
