@@ -345,6 +345,20 @@ def gathered_dots(x: torch.Tensor, i: torch.Tensor, y: torch.Tensor, j: torch.Te
     return out
 
 
+def crosswise_empty(like: torch.Tensor, rows: int, B: int) -> torch.Tensor:
+    """An uninitialised (rows, B) batch-last buffer like ``like`` (dtype, device) for
+    entries that are read across the rows, one from each row per configuration (a
+    transposing copy or gather to batch-first). Where B columns fill a whole even number
+    of 64-byte cache lines (B = 1024 in float64 or float32: any power of two from 16),
+    the rows are padded by one line: otherwise rows a multiple of 4 KB apart all map
+    to the same set of the L1 cache, and such reads miss it on nearly every row (iCub's
+    mass matrix at B = 1024: its placing gather 0.6-0.7x the time with padded rows,
+    transposing copies of 12-267 rows 0.44-0.79x). A view of the padded buffer."""
+    line = 64 // like.element_size()
+    pad = line if like.device.type == "cpu" and B % (2 * line) == 0 else 0
+    return like.new_empty(rows, B + pad)[:, :B]
+
+
 def halves(x: torch.Tensor, dim: int = 1):
     """The linear and angular halves ``(x[:3], x[3:])`` of 6-vectors along ``dim``
     (views; see the module note on ``split``)."""
