@@ -61,7 +61,7 @@ def in_chunks(specs: dict):
             if B <= _MIN_CHUNK:  # (the common case, decided cheaply)
                 return method(self, *args, **kwargs)
             size = chunk_size(self._model.nbody, itemsize)
-            if B <= size or _needs_grad(self, tensors):
+            if B <= size or needs_grad(self, tensors):
                 return method(self, *args, **kwargs)
             return _run_in_chunks(self, method, specs, named, size)
 
@@ -91,7 +91,7 @@ def _cpu_batch(self, batched: list, named: dict):
     return B, itemsize, tensors
 
 
-def _needs_grad(self, tensors) -> bool:
+def needs_grad(self, tensors) -> bool:
     """Whether a result needs a gradient or a tangent: an input or a model parameter
     that requires one (with grad mode on), a ``torch.func`` transform, forward-mode AD."""
     if torch.is_grad_enabled():

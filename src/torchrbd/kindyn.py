@@ -8,6 +8,7 @@ of the facade only; the algorithms receive it explicitly.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from pathlib import Path
@@ -21,7 +22,8 @@ from .errors import InputError, ModelError
 from .model import Model, load_urdf
 from .algorithms.batchlast import DENSE_BELOW, batch_last_grad, to_batch_first
 from .algorithms import forward_dynamics
-from .chunking import in_chunks
+from .chunking import in_chunks, needs_grad
+from .inference import normal_tensors, out_of_inference_mode
 from .spatial import homogeneous
 
 _SPECS = {
@@ -36,6 +38,27 @@ _SPECS = {
 
 
 _tree_sweep = in_chunks(_SPECS)  # long CPU batches without gradients: see torchrbd.chunking
+
+
+def _inference(method):
+    """Decorator of a public method: an eager call that needs no gradient runs under
+    ``torch.inference_mode`` and returns normal tensors (see :mod:`torchrbd.inference`)."""
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        if torch.compiler.is_compiling() or torch.is_inference_mode_enabled():
+            return method(self, *args, **kwargs)
+        tensors = []
+        for a in (*args, *kwargs.values()):
+            if isinstance(a, torch.Tensor):
+                tensors.append(a)
+            elif isinstance(a, dict):  # external wrenches
+                tensors.extend(w for w in a.values() if isinstance(w, torch.Tensor))
+        if needs_grad(self, tensors):
+            return method(self, *args, **kwargs)
+        with torch.inference_mode():
+            result = method(self, *args, **kwargs)
+        return out_of_inference_mode(result)
+    return run
 
 
 class KinDynComputations:
@@ -251,7 +274,7 @@ class KinDynComputations:
     def _model_for(self, dtype, device) -> Model:
         key = (dtype, str(device))
         if key not in self._cache:
-            model = self._model.to(dtype, device)
+            model = normal_tensors(self._model.to)(dtype, device)  # (the cache keeps it)
             if any(getattr(model, f).requires_grad for f in model.tensor_fields()):
                 return model  # keep the conversion in each call's graph
             if torch.compiler.is_compiling():
@@ -341,6 +364,7 @@ class KinDynComputations:
         return alg.chain_forward(model, R, torch.zeros_like(pB), q, body, subspaces, every), R, pB
 
     # ----------------------------------------------------------- kinematics
+    @_inference
     def forward_kinematics(self, frame: str, base_transform, joint_positions) -> torch.Tensor:
         """world_H_frame (..., 4, 4)."""
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
@@ -356,6 +380,7 @@ class KinDynComputations:
         H = homogeneous(to_batch_first(R), to_batch_first(r + pB))
         return H.reshape(*bs, 4, 4)
 
+    @_inference
     @_tree_sweep
     def link_poses(self, base_transform, joint_positions) -> torch.Tensor:
         """world_H_link (..., nlink, 4, 4) for every link, in ``model.link_names`` order."""
@@ -365,6 +390,7 @@ class KinDynComputations:
         H = homogeneous(to_batch_first(R), to_batch_first(r + pB))
         return H.reshape(*bs, model.nlink, 4, 4)
 
+    @_inference
     def jacobian(self, frame: str, base_transform, joint_positions) -> torch.Tensor:
         """(..., 6, 6+n): frame velocity (in the representation) from the generalized velocity."""
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
@@ -419,6 +445,7 @@ class KinDynComputations:
                         device=ref.device if ref is not None else self._device)
         return self.jacobian(frame, eye, q)[..., 6:].contiguous()
 
+    @_inference
     def jacobian_dot(self, frame: str, base_transform, joint_positions, base_velocity, joint_velocities):
         """(..., 6, 6+n) time derivative of :meth:`jacobian` along the given velocity."""
         model, bs, a = self._inputs(
@@ -438,6 +465,7 @@ class KinDynComputations:
         base = base + rep_.rows_times_T_dot(rep, JX.transpose(0, 1), R, p, nu)
         return self._out(self._chain_scatter(model, kin, base, Jd[6:]), bs)
 
+    @_inference
     @_tree_sweep
     def CoM_position(self, base_transform, joint_positions) -> torch.Tensor:
         """(..., 3) centre of mass in the world frame."""
@@ -446,6 +474,7 @@ class KinDynComputations:
         com, _ = alg.center_of_mass(model, kin.R, kin.p)
         return self._out(com + pB, bs)
 
+    @_inference
     @_tree_sweep
     def CoM_jacobian(self, base_transform, joint_positions) -> torch.Tensor:
         """(..., 3, 6+n): CoM velocity in world axes from the generalized velocity
@@ -471,6 +500,7 @@ class KinDynComputations:
         Mbb, F, S = alg.mass_matrix_top(model, kin, inertia)
         return alg.assemble(model, Mbb, F, S, T=rep_.base_map(rep, R, p)), inertia
 
+    @_inference
     @_tree_sweep
     def mass_matrix(self, base_transform, joint_positions) -> torch.Tensor:
         """(..., 6+n, 6+n) joint-space inertia (CRBA) in the chosen representation."""
@@ -479,6 +509,7 @@ class KinDynComputations:
         M, _ = self._mass_matrix(model, kin, R, p, self._rep)
         return M.reshape(*bs, *M.shape[1:])
 
+    @_inference
     @_tree_sweep
     def centroidal_momentum_matrix(self, base_transform, joint_positions) -> torch.Tensor:
         """(..., 6, 6+n): momentum about the CoM, [linear; angular]; world axes
@@ -557,6 +588,7 @@ class KinDynComputations:
         kin, R, p = self._state(model, a)
         return model, bs, a, kin, R, p
 
+    @_inference
     @_tree_sweep
     def bias_force(self, base_transform, joint_positions, base_velocity, joint_velocities) -> torch.Tensor:
         """(..., 6+n) h = C(q, nu) nu + G(q)."""
@@ -564,6 +596,7 @@ class KinDynComputations:
         h = self._rnea(model, kin, R, p, self._bl(a["base_velocity"]), self._bl(a["joint_velocities"]))
         return self._out(h, bs)
 
+    @_inference
     @_tree_sweep
     def mass_matrix_and_bias_force(self, base_transform, joint_positions, base_velocity, joint_velocities):
         """``(M, h)`` as :meth:`mass_matrix` and :meth:`bias_force`, sharing one forward
@@ -573,6 +606,7 @@ class KinDynComputations:
         h = self._rnea(model, kin, R, p, self._bl(a["base_velocity"]), self._bl(a["joint_velocities"]), inertia=inertia)
         return M.reshape(*bs, *M.shape[1:]), self._out(h, bs)
 
+    @_inference
     @_tree_sweep
     def coriolis_term(self, base_transform, joint_positions, base_velocity, joint_velocities) -> torch.Tensor:
         """(..., 6+n) C(q, nu) nu (no gravity)."""
@@ -580,6 +614,7 @@ class KinDynComputations:
         h = self._rnea(model, kin, R, p, self._bl(a["base_velocity"]), self._bl(a["joint_velocities"]), gravity=False)
         return self._out(h, bs)
 
+    @_inference
     @_tree_sweep
     def gravity_term(self, base_transform, joint_positions) -> torch.Tensor:
         """(..., 6+n) G(q)."""
@@ -589,6 +624,7 @@ class KinDynComputations:
         z6 = torch.zeros(6, q.shape[-1], dtype=q.dtype, device=q.device)
         return self._out(self._rnea(model, kin, R, p, z6, torch.zeros_like(q)), bs)
 
+    @_inference
     @_tree_sweep
     def rnea(
         self, base_transform, joint_positions, base_velocity, joint_velocities,
@@ -611,6 +647,7 @@ class KinDynComputations:
         )
         return self._out(tau, bs)
 
+    @_inference
     @_tree_sweep
     def aba(
         self, base_transform, joint_positions, base_velocity, joint_velocities, joint_torques,

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from .inference import normal_tensors
+
 
 def skew(v: torch.Tensor) -> torch.Tensor:
     """(..., 3) -> (..., 3, 3) with ``skew(a) @ b = a x b``."""
@@ -73,7 +75,7 @@ def _forms(name: str, rows: list, like: torch.Tensor) -> torch.Tensor:
     key = (name, like.dtype, like.device)
     C = _forms_cache.get(key)
     if C is None:
-        C = _forms_cache[key] = torch.tensor(rows, dtype=like.dtype, device=like.device)
+        C = _forms_cache[key] = normal_tensors(torch.tensor)(rows, dtype=like.dtype, device=like.device)
     return C
 
 

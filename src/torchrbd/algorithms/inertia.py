@@ -12,11 +12,11 @@ parameters, and no division by a mass ever happens (massless bodies are fine).
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 
 import torch
 
+from ..inference import tensor_cache
 from ..model.model import Model
 from ..spatial import matvec
 from .batchlast import (
@@ -108,7 +108,7 @@ class SpatialInertia:
         return values.index_select(1, entries).view(k, 6, 6, B)
 
 
-@functools.lru_cache(maxsize=8)
+@tensor_cache(8)
 def _matrix_entries(device: str) -> torch.Tensor:
     """(36,) where each entry of ``[[m 1, -[h]x], [[h]x, J]]`` sits in the values
     ``(0, m, h, -h, J)`` of :meth:`SpatialInertia.matrix` (row-major)."""

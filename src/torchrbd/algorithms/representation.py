@@ -26,11 +26,11 @@ derivatives are written out as cross products, never as 6x6 matrices.
 
 from __future__ import annotations
 
-import functools
 from enum import Enum
 
 import torch
 
+from ..inference import tensor_cache
 from .batchlast import cross, halves, mtv, mv
 from .topology import _uncached
 
@@ -155,7 +155,7 @@ def mixed_base_rows(r_F: torch.Tensor) -> torch.Tensor:
     return values.index_select(0, _uncached(_mixed_base_entries)(str(r_F.device))).view(6, 6, B)
 
 
-@functools.lru_cache(maxsize=8)
+@tensor_cache(8)
 def _mixed_base_entries(device: str) -> torch.Tensor:
     """(36,) where each entry of ``[[1, -[r]x], [0, 1]]`` sits in ``(0, 1, r, -r)``
     (row-major; ``-[r]x = [[0, r_z, -r_y], [-r_z, 0, r_x], [r_y, -r_x, 0]]``)."""

@@ -8,10 +8,9 @@ over each body's support and the backward pass a masked sum over its subtree:
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
+from ..inference import tensor_cache
 from .batchlast import (
     DENSE_BELOW, cross, cross_add_, cross_sum, dense_products, dense_t_times, dense_times, halves, has_tangent,
     pair, plain, with_rules, writes_into_buffers,
@@ -70,7 +69,7 @@ def _twists(model, S, V0, qd):
     return support_sums(model, Sqd, add=V0), Sqd
 
 
-@functools.lru_cache(maxsize=8)
+@tensor_cache(8)
 def _cross_entries(device: str) -> torch.Tensor:
     """(36,) where each entry of ``V x`` sits in the values ``(0, v, w, -v, -w)`` of
     :func:`motion_cross_matrices` (row-major; ``[a]x = [[0, -a_z, a_y], [a_z, 0, -a_x],

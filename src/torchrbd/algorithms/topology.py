@@ -10,10 +10,10 @@ gradients, level sweeps into one buffer (:mod:`~.tree_sums`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 import torch
 
+from ..inference import normal_tensors, tensor_cache
 from ..model.model import JointType, Model
 
 
@@ -78,7 +78,7 @@ class Topology:
     has_prismatic: bool
 
 
-@lru_cache(maxsize=64)
+@tensor_cache(64)
 def _topology(parents: tuple, jtypes: tuple, body_dof: tuple, link_body: tuple, device: str, dtype) -> Topology:
     nb = len(parents)
     depth = [0] * nb
@@ -213,7 +213,7 @@ class Chain:
         return self.bodies.shape[0]
 
 
-@lru_cache(maxsize=256)
+@tensor_cache(256)
 def _chain(parents: tuple, body_dof: tuple, body: int, device: str) -> Chain:
     path = []
     while body > 0:
@@ -259,7 +259,7 @@ def model_cached(model: Model, name: str, make, depends_on=()):
     Models are replaced, never changed, so a stored value cannot go stale."""
     cache = model.__dict__.get(name)
     if cache is None:
-        cache = make()
+        cache = normal_tensors(make)()
         if not torch.compiler.is_compiling() and not any(t.requires_grad for t in depends_on):
             object.__setattr__(model, name, cache)
     return cache

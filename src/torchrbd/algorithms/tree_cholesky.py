@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from functools import lru_cache
 
 import torch
 
+from ..inference import tensor_cache
 from .batchlast import gathered_dots, plain
 from .solve import traceable, with_forward_mode
 from .topology import _uncached, model_cached
@@ -90,7 +90,7 @@ class TreePlan:
     entry_weight: torch.Tensor
 
 
-@lru_cache(maxsize=64)
+@tensor_cache(64)
 def _plan(body_parent: tuple, body_dof: tuple, floating: bool, device: str, dtype) -> TreePlan:
     n = sum(1 for d in body_dof if d >= 0)
     dof_body = {d: b for b, d in enumerate(body_dof) if d >= 0}

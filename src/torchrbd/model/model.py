@@ -29,6 +29,8 @@ from enum import IntEnum
 
 import torch
 
+from ..inference import normal_tensors
+
 
 class JointType(IntEnum):
     """Motion of a body relative to its parent."""
@@ -152,21 +154,24 @@ class Model:
         found = self.__dict__.get("_frame_cache", {}).get(name)
         if found is not None:
             return found
-        if name in self._link_index:
-            k = self._link_index[name]
-            found = self.link_body[k], self.link_rot[k], self.link_pos[k]
-        elif name in self.extra_frames:
-            k, rot, pos = self.extra_frames[name]
-            R = self.link_rot[k] @ rot.to(self.link_rot)
-            p = self.link_rot[k] @ pos.to(self.link_rot) + self.link_pos[k]
-            found = self.link_body[k], R, p
-        else:
+        if name not in self._link_index and name not in self.extra_frames:
             raise FrameNotFoundError(name, self.frame_names(), self.name)
+        found = normal_tensors(self._frame_values)(name)
         if not (self.link_rot.requires_grad or self.link_pos.requires_grad or torch.compiler.is_compiling()):
             if "_frame_cache" not in self.__dict__:
                 object.__setattr__(self, "_frame_cache", {})
             self.__dict__["_frame_cache"][name] = found
         return found
+
+    def _frame_values(self, name: str):
+        """:meth:`frame` of a known frame, computed."""
+        if name in self._link_index:
+            k = self._link_index[name]
+            return self.link_body[k], self.link_rot[k], self.link_pos[k]
+        k, rot, pos = self.extra_frames[name]
+        R = self.link_rot[k] @ rot.to(self.link_rot)
+        p = self.link_rot[k] @ pos.to(self.link_rot) + self.link_pos[k]
+        return self.link_body[k], R, p
 
     @property
     def _link_index(self) -> dict:

@@ -1,0 +1,85 @@
+"""Eager calls without autograd run under torch.inference_mode (torchrbd.inference): the
+results are normal tensors, and what the library caches during such a call serves a
+later call with gradients."""
+
+import torch
+
+import torchrbd
+import torchrbd.models
+from torchrbd.algorithms.batchlast import DENSE_BELOW
+
+
+def _inputs(kd, B, dtype):
+    g = torch.Generator().manual_seed(1)
+    n = kd.NDoF
+    H = torch.eye(4, dtype=torch.float64).expand(B, 4, 4).clone()
+    H[:, :3, 3] = torch.randn(B, 3, generator=g, dtype=torch.float64)
+    r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
+    return tuple(x.to(dtype) for x in (H, r(B, n), r(B, 6), r(B, n), r(B, n)))
+
+
+def _calls(kd, frame, H, q, nu, qd, tau, plain=False):
+    """{method: call}; ``plain``: the methods without their inference-mode wrapper."""
+    w = {frame: torch.ones(H.shape[0], 6, dtype=H.dtype)}
+
+    def m(name):
+        method = getattr(type(kd), name)
+        return (method.__wrapped__ if plain and hasattr(method, "__wrapped__") else method).__get__(kd)
+
+    return {
+        "forward_kinematics": lambda: m("forward_kinematics")(frame, H, q),
+        "link_poses": lambda: m("link_poses")(H, q),
+        "jacobian": lambda: m("jacobian")(frame, H, q),
+        "jacobian_dot": lambda: m("jacobian_dot")(frame, H, q, nu, qd),
+        "CoM_position": lambda: m("CoM_position")(H, q),
+        "CoM_jacobian": lambda: m("CoM_jacobian")(H, q),
+        "mass_matrix": lambda: m("mass_matrix")(H, q),
+        "centroidal_momentum_matrix": lambda: m("centroidal_momentum_matrix")(H, q),
+        "bias_force": lambda: m("bias_force")(H, q, nu, qd),
+        "mass_matrix_and_bias_force": lambda: m("mass_matrix_and_bias_force")(H, q, nu, qd)[1],
+        "coriolis_term": lambda: m("coriolis_term")(H, q, nu, qd),
+        "gravity_term": lambda: m("gravity_term")(H, q),
+        "rnea": lambda: m("rnea")(H, q, nu, qd, nu, qd, external_wrenches=w),
+        "aba": lambda: m("aba")(H, q, nu, qd, tau, external_wrenches=w),
+    }
+
+
+def test_results_without_autograd_are_normal_tensors_and_caches_serve_gradients():
+    """A fresh model's first calls, without gradients, in float32 (a model converted
+    and cached during the call), at every batch regime (one configuration, a short
+    batch, a long one, one past the articulated-body sweep's threshold) and in every
+    representation: each result is a normal tensor that can be updated in place and
+    equals, to the bit, the result of the method without its inference-mode wrapper.
+    Then the same calls with q requiring grad run backward through the cached
+    constants."""
+    kd = torchrbd.models.load("quadruped")
+    frame = "FL_foot"
+    for rep in torchrbd.Representations:
+        kd.set_frame_velocity_representation(rep)
+        for B in (1, 5, DENSE_BELOW, 300):
+            H, q, nu, qd, tau = _inputs(kd, B, torch.float32)
+            plain = _calls(kd, frame, H, q, nu, qd, tau, plain=True)
+            for name, call in _calls(kd, frame, H, q, nu, qd, tau).items():
+                with torch.no_grad():
+                    out = call()
+                    ref = plain[name]()
+                assert not out.is_inference(), (name, B)
+                torch.testing.assert_close(out, ref, rtol=0, atol=0, msg=f"{name}, B = {B}, {rep}")
+                qg = q.clone().requires_grad_()
+                with_grad = _calls(kd, frame, H, qg, nu, qd, tau)[name]()
+                with_grad.sum().backward()
+                assert qg.grad is not None and torch.isfinite(qg.grad).all(), (name, B)
+                out.add_(1.0)  # a normal tensor: updated in place outside inference mode
+
+
+def test_calls_inside_inference_mode_and_with_gradients_keep_their_behaviour():
+    """Under the caller's own inference mode the results are inference tensors (as for
+    any operator there); with grad mode on and an input requiring grad they require
+    grad."""
+    kd = torchrbd.models.load("arm7")
+    H, q, nu, qd, tau = _inputs(kd, 4, torch.float64)
+    with torch.inference_mode():
+        assert kd.mass_matrix(H, q).is_inference()
+    qg = q.clone().requires_grad_()
+    assert kd.aba(H, qg, nu, qd, tau).requires_grad
+    assert not kd.aba(H, q, nu, qd, tau).requires_grad
