@@ -183,11 +183,14 @@ class Model:
 
     # ------------------------------------------------------- tensors / copies
     def tensor_fields(self) -> list[str]:
-        return [
-            f.name
-            for f in dataclasses.fields(self)
-            if isinstance(getattr(self, f.name), torch.Tensor)
-        ]
+        """The names of the fields that hold tensors (kept once listed: every call of a
+        method checks whether one of them requires grad)."""
+        names = self.__dict__.get("_tensor_fields")
+        if names is None:
+            names = [f.name for f in dataclasses.fields(self) if isinstance(getattr(self, f.name), torch.Tensor)]
+            if not torch.compiler.is_compiling():  # (storing while tracing would break the graph)
+                object.__setattr__(self, "_tensor_fields", names)
+        return names
 
     def replace(self, **changes) -> "Model":
         """A new model with some fields replaced (e.g. ``link_mass`` requiring grad)."""
