@@ -25,6 +25,7 @@ import math
 import torch
 
 from .algorithms.batchlast import has_tangent, plain
+from .inference import result_buffer
 
 # Configurations x bodies x bytes per number of one chunk: iCub's whole tree (24 bodies)
 # in chunks of 4096 configurations in float64, 8192 in float32. (iCub at B = 16384 and
@@ -121,8 +122,15 @@ def _run_in_chunks(self, method, specs: dict, named: dict, size: int):
         single = isinstance(results, torch.Tensor)
         results = (results,) if single else results
         if outputs is None:
-            outputs = [r.new_empty(B, *r.shape[1:]) for r in results]
+            outputs = [_empty(r, B, *r.shape[1:]) for r in results]
         for out, r in zip(outputs, results):
             out[start:stop] = r
     outputs = [out.view(*batch_shape, *out.shape[1:]) for out in outputs]
     return outputs[0] if single else tuple(outputs)
+
+
+def _empty(like: torch.Tensor, *shape: int) -> torch.Tensor:
+    """An empty output for the chunks' results, a normal tensor where
+    :func:`~torchrbd.inference.result_buffer` makes one."""
+    out = result_buffer(like, *shape)
+    return like.new_empty(shape) if out is None else out

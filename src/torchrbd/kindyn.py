@@ -23,7 +23,7 @@ from .model import Model, load_urdf
 from .algorithms.batchlast import DENSE_BELOW, batch_last_grad, to_batch_first
 from .algorithms import forward_dynamics
 from .chunking import in_chunks, needs_grad
-from .inference import normal_tensors, out_of_inference_mode
+from .inference import call_in_inference_mode, normal_tensors
 from .spatial import homogeneous
 
 _SPECS = {
@@ -55,9 +55,7 @@ def _inference(method):
                 tensors.extend(w for w in a.values() if isinstance(w, torch.Tensor))
         if needs_grad(self, tensors):
             return method(self, *args, **kwargs)
-        with torch.inference_mode():
-            result = method(self, *args, **kwargs)
-        return out_of_inference_mode(result)
+        return call_in_inference_mode(method, self, *args, **kwargs)
     return run
 
 

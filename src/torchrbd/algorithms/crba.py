@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from ..inference import result_buffer
 from .inertia import SpatialInertia
 from .kinematics import Kinematics, dof_subspaces
 from .batchlast import (
@@ -115,7 +116,7 @@ def assemble(model, Mbb, F, S, T=None) -> torch.Tensor:
     if model.has_armature:
         G.diagonal(0, 1, 2)[:, 6:].add_(model.armature)  # rotor inertia on the joints' diagonal
     index = topo.mass_matrix_index.expand(B, N * N)  # gather: several times faster than index_select on dim 1
-    return torch.gather(G.reshape(B, (N + 1) * N), 1, index).reshape(B, N, N)
+    return torch.gather(G.reshape(B, (N + 1) * N), 1, index, out=result_buffer(G, B, N * N)).view(B, N, N)
 
 
 def _assemble_one(model, Mbb, F, S, T) -> torch.Tensor:
@@ -130,7 +131,8 @@ def _assemble_one(model, Mbb, F, S, T) -> torch.Tensor:
     G = torch.cat([top, S[..., 0] @ right, right.new_zeros(1, N)])  # (N + 1, N)
     if model.has_armature:
         G.diagonal()[6:].add_(model.armature)  # rotor inertia on the joints' diagonal
-    return G.view(-1).index_select(0, topology(model).mass_matrix_index.view(-1)).view(1, N, N)
+    index = topology(model).mass_matrix_index.view(-1)
+    return torch.index_select(G.view(-1), 0, index, out=result_buffer(G, N * N)).view(1, N, N)
 
 
 def _assemble_from_entries(model, Mbb, F, S) -> torch.Tensor:
@@ -167,8 +169,10 @@ def _assemble_from_entries(model, Mbb, F, S) -> torch.Tensor:
 
 def _place(DT: torch.Tensor, place: torch.Tensor) -> torch.Tensor:
     """(B, P) ``DT[place[j], b]`` for entries ``DT`` (K, B) batch-last and ``place`` (P,):
-    one gather through the transposed view (see :func:`_assemble_from_entries`)."""
-    return torch.gather(DT.t(), 1, place.expand(DT.shape[1], place.shape[0]))
+    one gather through the transposed view (see :func:`_assemble_from_entries`), into
+    the method's result where it has one (:func:`~torchrbd.inference.result_buffer`)."""
+    B, P = DT.shape[1], place.shape[0]
+    return torch.gather(DT.t(), 1, place.expand(B, P), out=result_buffer(DT, B, P))
 
 
 @torch.library.custom_op(f"{__name__.split('.')[0]}::place_entries", mutates_args=())
