@@ -10,12 +10,13 @@ which may be updated in place (iCub, in-process A/B against the calls under
 force and aba 0.92x, the mass matrix 1.00x, its 6.9 MB result's clone taking what its
 operators gain).
 
-A mass matrix of at least ``RESULT_BUFFER_BYTES``, and the outputs of a batch run in
-chunks, are written by their last operator into normal tensors (:func:`result_buffer`),
-which need no clone after (iCub, float64, in-process: the mass matrix at B = 1024 0.91-0.95x
-the time, at B = 16384 in chunks 0.74x; aba and the centroidal momentum matrix there
-0.99x). The other results keep the clone: copying iCub's Jacobian (1.4 MB) batch-first
-into a normal tensor took 1.08x the time of the copy and its clone.
+A result of at least ``RESULT_BUFFER_BYTES`` is written by its last operator into a normal
+tensor (:func:`result_buffer`), which needs no clone after: the mass matrix's placing
+gather, the Jacobians' assembly, the batch-first copy of the others and the output of a
+batch run in chunks (iCub, float64, in-process against the clone: at B = 1024 the mass
+matrix 0.86-0.95x the time, the Jacobian 0.92-0.97x, the centroidal momentum matrix
+0.98x; at B = 16384, in chunks, the mass matrix 0.74x). Not the poses: written into a
+normal tensor, iCub's link poses at B = 1024 took 1.00x the time of their clone.
 
 Tensors that the library keeps between calls (per-model constants, index tensors,
 converted models) must be normal tensors too, since a later call with gradients reads

@@ -23,7 +23,7 @@ from .model import Model, load_urdf
 from .algorithms.batchlast import DENSE_BELOW, batch_last_grad, to_batch_first
 from .algorithms import forward_dynamics
 from .chunking import in_chunks, needs_grad
-from .inference import call_in_inference_mode, normal_tensors
+from .inference import call_in_inference_mode, normal_tensors, result_buffer
 from .spatial import homogeneous
 
 _SPECS = {
@@ -337,8 +337,12 @@ class KinDynComputations:
     def _out(x, batch_shape):
         """Batch-last (..., B) result -> (*batch_shape, ...), contiguous (a copy unless x
         already has batch-first memory): a user's ``.view`` or next product should not
-        meet batch-last strides."""
-        x = to_batch_first(x).contiguous()
+        meet batch-last strides. The copy of a large result is made into a normal tensor
+        under the method's inference mode (:func:`~torchrbd.inference.result_buffer`)."""
+        x = to_batch_first(x)
+        if not x.is_contiguous():
+            out = result_buffer(x, *x.shape)
+            x = x.contiguous() if out is None else out.copy_(x)
         return x.reshape(*batch_shape, *x.shape[1:])
 
     @staticmethod
@@ -432,7 +436,8 @@ class KinDynComputations:
             at = col + length
         if at < N:
             pieces.append(zero.expand(B, 6, N - at))
-        return torch.cat(pieces, 2).permute(1, 2, 0)
+        # (a large result straight into a normal tensor under the method's inference mode)
+        return torch.cat(pieces, 2, out=result_buffer(base, B, 6, N)).permute(1, 2, 0)
 
     def relative_jacobian(self, frame: str, joint_positions) -> torch.Tensor:
         """(..., 6, n): joint columns of the Jacobian with the base at the world origin
