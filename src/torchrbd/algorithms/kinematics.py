@@ -15,6 +15,7 @@ from .batchlast import (
     DENSE_BELOW, bilinear_function, const_lmatmul, const_matmul, cross, has_tangent, matmul, mm, mv, one_configuration,
     pieces, plain, transpose, with_rules, writes_into_buffers,
 )
+from ..inference import normal_tensors
 from .topology import Chain, add_to_parents, chain, model_cached, topology
 
 
@@ -104,6 +105,23 @@ def _joint_pose_matrix(model: Model, homogeneous: bool = False) -> torch.Tensor:
     return model_cached(model, name, make, depends_on=_placements(model))
 
 
+def _pose_matrix_rows(model: Model, bodies, homogeneous: bool = False) -> torch.Tensor:
+    """``_joint_pose_matrix(model, homogeneous)[bodies]``, for an index tensor ``bodies``
+    (a :class:`~.topology.Chain`'s, kept on the model) kept on the model too: one gather
+    fewer per call of a frame's methods. Made anew while a placement needs grad or
+    ``torch.compile`` traces."""
+    C = _joint_pose_matrix(model, homogeneous)
+    if isinstance(bodies, slice):
+        return C[bodies]
+    if torch.compiler.is_compiling() or any(t.requires_grad for t in _placements(model)):
+        return C[bodies]
+    rows = model_cached(model, "_pose_matrix_rows", dict)
+    found = rows.get((homogeneous, id(bodies)))
+    if found is None or found[0] is not bodies:  # (the entry keeps its index tensor: its id is not reused)
+        found = rows[homogeneous, id(bodies)] = (bodies, normal_tensors(lambda: C[bodies])())
+    return found[1]
+
+
 def _local_transforms(model: Model, q: torch.Tensor, bodies=slice(None), fuse: bool = True) -> torch.Tensor:
     """parent_X_body of ``bodies`` at their coordinates ``q`` (k, B): (k, 3, 4, B)
     ``[R | p]`` rows, or (k, 4, 4) homogeneous matrices for a batch of one in eager mode.
@@ -125,8 +143,8 @@ def _local_transforms(model: Model, q: torch.Tensor, bodies=slice(None), fuse: b
         return local
     terms = _pose_terms(topo, q)
     if q.shape[-1] == 1:  # (k, 16, t) @ (k, t, 1), the homogeneous matrices with their constant last row
-        return torch.bmm(_joint_pose_matrix(model, homogeneous=True)[bodies], terms).view(-1, 4, 4)
-    local = const_lmatmul(_joint_pose_matrix(model)[bodies], terms, fuse)  # (k, 12, B)
+        return torch.bmm(_pose_matrix_rows(model, bodies, homogeneous=True), terms).view(-1, 4, 4)
+    local = const_lmatmul(_pose_matrix_rows(model, bodies), terms, fuse)  # (k, 12, B)
     return local.view(local.shape[0], 3, 4, *local.shape[2:])
 
 
@@ -460,7 +478,7 @@ def frame_transforms(model: Model, H: torch.Tensor, q: torch.Tensor, frame: str)
     path = chain(model, body)
     B = H.shape[0]
     last = model_cached(model, "_homogeneous_last_row", lambda: torch.eye(4, dtype=rot.dtype, device=rot.device)[3:])
-    placement = torch.cat([torch.cat([rot, pos[:, None]], 1), last])
+    placement = _frame_placement(model, frame, rot, pos, last)
     if B >= DENSE_BELOW:
         X = _frame_rows_by_pairs(model, H[:, :3].permute(1, 2, 0).contiguous(), q.t(), path, placement[:3])
         return torch.cat([X.permute(2, 0, 1), last.expand(B, 1, 4)], 1)
@@ -477,6 +495,19 @@ def frame_transforms(model: Model, H: torch.Tensor, q: torch.Tensor, frame: str)
     for L in _homogeneous_locals(model, q.t().index_select(0, path.dofs), path.bodies):
         X = torch.bmm(X, L)
     return X @ placement
+
+
+def _frame_placement(model: Model, frame: str, rot: torch.Tensor, pos: torch.Tensor, last: torch.Tensor):
+    """(4, 4) body_H_frame from ``model.frame(frame)``'s ``rot``, ``pos`` and the last row
+    ``last`` (1, 4), kept on the model per frame unless they need grad or ``torch.compile``
+    traces (three operators fewer per call)."""
+    if torch.compiler.is_compiling() or rot.requires_grad or pos.requires_grad:
+        return torch.cat([torch.cat([rot, pos[:, None]], 1), last])
+    placements = model_cached(model, "_frame_placements", dict)
+    found = placements.get(frame)
+    if found is None:
+        found = placements[frame] = normal_tensors(lambda: torch.cat([torch.cat([rot, pos[:, None]], 1), last]))()
+    return found
 
 
 def _frame_rows_by_pairs(model: Model, base: torch.Tensor, q: torch.Tensor, path, placement) -> torch.Tensor:
@@ -500,7 +531,7 @@ def _homogeneous_locals(model: Model, q: torch.Tensor, bodies):
     """The local transforms of ``bodies`` at their coordinates ``q`` (k, B) as k
     batch-first (B, 4, 4) homogeneous matrices: one ``bmm`` of their coefficients with
     the terms, one transposing copy."""
-    local = torch.bmm(_joint_pose_matrix(model, homogeneous=True)[bodies], _pose_terms(topology(model), q))
+    local = torch.bmm(_pose_matrix_rows(model, bodies, homogeneous=True), _pose_terms(topology(model), q))
     return local.permute(2, 0, 1).reshape(q.shape[-1], local.shape[0], 4, 4).unbind(1)
 
 
