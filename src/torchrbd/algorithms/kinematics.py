@@ -15,8 +15,7 @@ from .batchlast import (
     DENSE_BELOW, bilinear_function, const_lmatmul, const_matmul, cross, has_tangent, matmul, mm, mv, one_configuration,
     pieces, plain, transpose, with_rules, writes_into_buffers,
 )
-from ..inference import normal_tensors
-from .topology import Chain, add_to_parents, chain, model_cached, topology
+from .topology import Chain, add_to_parents, chain, model_cached, model_cached_entry, topology
 
 
 @dataclass
@@ -113,13 +112,9 @@ def _pose_matrix_rows(model: Model, bodies, homogeneous: bool = False) -> torch.
     C = _joint_pose_matrix(model, homogeneous)
     if isinstance(bodies, slice):
         return C[bodies]
-    if torch.compiler.is_compiling() or any(t.requires_grad for t in _placements(model)):
-        return C[bodies]
-    rows = model_cached(model, "_pose_matrix_rows", dict)
-    found = rows.get((homogeneous, id(bodies)))
-    if found is None or found[0] is not bodies:  # (the entry keeps its index tensor: its id is not reused)
-        found = rows[homogeneous, id(bodies)] = (bodies, normal_tensors(lambda: C[bodies])())
-    return found[1]
+    # keyed by the index tensor's id, which the entry keeps alive (so no other tensor takes it)
+    return model_cached_entry(model, "_pose_matrix_rows", (homogeneous, id(bodies)), lambda: (bodies, C[bodies]),
+                              depends_on=_placements(model))[1]
 
 
 def _local_transforms(model: Model, q: torch.Tensor, bodies=slice(None), fuse: bool = True) -> torch.Tensor:
@@ -501,13 +496,8 @@ def _frame_placement(model: Model, frame: str, rot: torch.Tensor, pos: torch.Ten
     """(4, 4) body_H_frame from ``model.frame(frame)``'s ``rot``, ``pos`` and the last row
     ``last`` (1, 4), kept on the model per frame unless they need grad or ``torch.compile``
     traces (three operators fewer per call)."""
-    if torch.compiler.is_compiling() or rot.requires_grad or pos.requires_grad:
-        return torch.cat([torch.cat([rot, pos[:, None]], 1), last])
-    placements = model_cached(model, "_frame_placements", dict)
-    found = placements.get(frame)
-    if found is None:
-        found = placements[frame] = normal_tensors(lambda: torch.cat([torch.cat([rot, pos[:, None]], 1), last]))()
-    return found
+    return model_cached_entry(model, "_frame_placements", frame,
+                              lambda: torch.cat([torch.cat([rot, pos[:, None]], 1), last]), depends_on=(rot, pos))
 
 
 def _frame_rows_by_pairs(model: Model, base: torch.Tensor, q: torch.Tensor, path, placement) -> torch.Tensor:

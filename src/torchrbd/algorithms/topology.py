@@ -265,6 +265,19 @@ def model_cached(model: Model, name: str, make, depends_on=()):
     return cache
 
 
+def model_cached_entry(model: Model, name: str, key, make, depends_on=()):
+    """The entry ``key`` of the model's cache dict ``name`` (:func:`model_cached`), made by
+    ``make()`` on first use; made anew on every call while ``torch.compile`` traces or a
+    tensor of ``depends_on`` requires grad."""
+    if torch.compiler.is_compiling() or any(t.requires_grad for t in depends_on):
+        return make()
+    entries = model_cached(model, name, dict)
+    found = entries.get(key)
+    if found is None:
+        found = entries[key] = normal_tensors(make)()
+    return found
+
+
 def _uncached(fn):
     """``fn`` itself while ``torch.compile`` traces (dynamo skips an ``lru_cache`` anyway,
     with a warning; the result is a constant of the graph), else its cached wrapper."""
