@@ -742,3 +742,30 @@ def test_batch_of_one_and_broadcasting(kd):
     for b in range(B):
         torch.testing.assert_close(M[b], kd.mass_matrix(H, qs[b]), rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(h[b], kd.bias_force(H, qs[b], x["nu"], qds[b]), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("B", [1, 4, DENSE_BELOW])
+def test_gradcheck_joint_and_link_placements(B):
+    """d(world_H_frame, J)/d(joint placements, link placements) of a model whose placements
+    require grad (``Model.replace``), at each forward-kinematics path: the per-frame
+    caches (a frame's placement, its chain's pose coefficients) are made anew inside the
+    graph, so each call's gradient is exact and a second call's backward works."""
+    kd0 = torchrbd.models.load("arm7")
+    m = kd0._model
+    g = torch.Generator().manual_seed(3)
+    H = torch.eye(4, dtype=torch.float64).expand(B, 4, 4).clone()
+    H[:, :3, 3] = torch.randn(B, 3, generator=g, dtype=torch.float64)
+    q = torch.randn(B, kd0.NDoF, generator=g, dtype=torch.float64)
+    body_pos = m.body_pos.clone().requires_grad_()
+    link_pos = m.link_pos.clone().requires_grad_()
+    kd = torchrbd.KinDynComputations(m.replace(body_pos=body_pos, link_pos=link_pos))
+
+    def outputs(bp, lp):  # the same model each call (gradcheck perturbs the inputs in place)
+        assert bp is body_pos and lp is link_pos
+        return kd.forward_kinematics("ee", H, q), kd.jacobian("ee", H, q)
+
+    for _ in range(2):  # the second call must not meet a graph freed by the first one's backward
+        fk, J = outputs(body_pos, link_pos)
+        (fk.sum() + J.sum()).backward()
+        assert body_pos.grad.abs().sum() > 0 and link_pos.grad.abs().sum() > 0
+    assert gradcheck(outputs, (body_pos, link_pos), eps=1e-6, atol=1e-6, rtol=1e-5, fast_mode=True)
