@@ -30,6 +30,10 @@ MOVES_NOTHING = {
 }
 
 
+WRAPPERS = {"call_in_inference_mode"}
+"""Frames between a public method's wrapper and the method, skipped (like the chunking's)."""
+
+
 def _nbytes(x) -> int:
     if isinstance(x, torch.Tensor):
         return x.numel() * x.element_size()
@@ -49,7 +53,8 @@ class Traffic(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        frames = [f for f in traceback.extract_stack() if "/torchrbd/" in f.filename and "chunking" not in f.filename]
+        frames = [f for f in traceback.extract_stack()
+                  if "/torchrbd/" in f.filename and "chunking" not in f.filename and f.name not in WRAPPERS]
         where = "?"
         if frames:
             f = frames[min(self.depth, len(frames) - 1)]
