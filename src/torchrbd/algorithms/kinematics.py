@@ -107,8 +107,7 @@ def _joint_pose_matrix(model: Model, homogeneous: bool = False) -> torch.Tensor:
 def _pose_matrix_rows(model: Model, bodies, homogeneous: bool = False) -> torch.Tensor:
     """``_joint_pose_matrix(model, homogeneous)[bodies]``, for an index tensor ``bodies``
     (a :class:`~.topology.Chain`'s, kept on the model) kept on the model too: one gather
-    fewer per call of a frame's methods. Made anew while a placement needs grad or
-    ``torch.compile`` traces."""
+    fewer per call of a frame's methods (see :func:`~.topology.model_cached_entry`)."""
     C = _joint_pose_matrix(model, homogeneous)
     if isinstance(bodies, slice):
         return C[bodies]
@@ -494,8 +493,8 @@ def frame_transforms(model: Model, H: torch.Tensor, q: torch.Tensor, frame: str)
 
 def _frame_placement(model: Model, frame: str, rot: torch.Tensor, pos: torch.Tensor, last: torch.Tensor):
     """(4, 4) body_H_frame from ``model.frame(frame)``'s ``rot``, ``pos`` and the last row
-    ``last`` (1, 4), kept on the model per frame unless they need grad or ``torch.compile``
-    traces (three operators fewer per call)."""
+    ``last`` (1, 4), kept on the model per frame unless they need grad (three operators
+    fewer per call; see :func:`~.topology.model_cached_entry`)."""
     return model_cached_entry(model, "_frame_placements", frame,
                               lambda: torch.cat([torch.cat([rot, pos[:, None]], 1), last]), depends_on=(rot, pos))
 

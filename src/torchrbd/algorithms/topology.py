@@ -241,13 +241,8 @@ def chain(model: Model, body: int) -> Chain:
     Also kept on the model (``model_cached``), where compiled code finds it: dynamo does
     not look into an ``lru_cache``, and a chain built while tracing would be rebuilt by
     the compiled graph on every call."""
-    chains = model_cached(model, "_chains", dict)
-    found = chains.get(body)
-    if found is None:
-        found = _uncached(_chain)(model.body_parent, model.body_dof, body, str(model.body_rot.device))
-        if not torch.compiler.is_compiling():
-            chains[body] = found
-    return found
+    return model_cached_entry(
+        model, "_chains", body, lambda: _uncached(_chain)(model.body_parent, model.body_dof, body, str(model.body_rot.device)))
 
 
 def model_cached(model: Model, name: str, make, depends_on=()):
@@ -259,21 +254,26 @@ def model_cached(model: Model, name: str, make, depends_on=()):
     Models are replaced, never changed, so a stored value cannot go stale."""
     cache = model.__dict__.get(name)
     if cache is None:
+        if torch.compiler.is_compiling():  # (no wrapper made while tracing: dynamo breaks the graph on it)
+            return make()
         cache = normal_tensors(make)()
-        if not torch.compiler.is_compiling() and not any(t.requires_grad for t in depends_on):
+        if not any(t.requires_grad for t in depends_on):
             object.__setattr__(model, name, cache)
     return cache
 
 
 def model_cached_entry(model: Model, name: str, key, make, depends_on=()):
     """The entry ``key`` of the model's cache dict ``name`` (:func:`model_cached`), made by
-    ``make()`` on first use; made anew on every call while ``torch.compile`` traces or a
-    tensor of ``depends_on`` requires grad."""
-    if torch.compiler.is_compiling() or any(t.requires_grad for t in depends_on):
+    ``make()`` on first use. As for :func:`model_cached`, an entry is not stored while
+    ``torch.compile`` traces (a stored one is read), and is made anew on every call while
+    a tensor of ``depends_on`` requires grad."""
+    if any(t.requires_grad for t in depends_on):
         return make()
     entries = model_cached(model, name, dict)
     found = entries.get(key)
     if found is None:
+        if torch.compiler.is_compiling():
+            return make()
         found = entries[key] = normal_tensors(make)()
     return found
 
