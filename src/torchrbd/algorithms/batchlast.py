@@ -354,9 +354,13 @@ def crosswise_empty(like: torch.Tensor, rows: int, B: int) -> torch.Tensor:
     to the same set of the L1 cache, and such reads miss it on nearly every row (iCub's
     mass matrix at B = 1024: its placing gather 0.6-0.7x the time with padded rows,
     transposing copies of 12-267 rows 0.44-0.79x). A view of the padded buffer."""
+    return like.new_empty(rows, B + crosswise_pad(like, B))[:, :B]
+
+
+def crosswise_pad(like: torch.Tensor, B: int) -> int:
+    """The padding (numbers) of each row of :func:`crosswise_empty`'s buffers."""
     line = 64 // like.element_size()
-    pad = line if like.device.type == "cpu" and B % (2 * line) == 0 else 0
-    return like.new_empty(rows, B + pad)[:, :B]
+    return line if like.device.type == "cpu" and B % (2 * line) == 0 else 0
 
 
 def halves(x: torch.Tensor, dim: int = 1):
