@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
 from pathlib import Path
 
@@ -35,6 +36,12 @@ _SPECS = {
     "base_acceleration": (6,),
     "joint_accelerations": ("n",),
 }
+
+
+@functools.lru_cache(maxsize=256)
+def _spec(name: str, n: int) -> tuple:
+    """The trailing shape of argument ``name`` for a model of ``n`` coordinates."""
+    return tuple(n if s == "n" else s for s in _SPECS[name])
 
 
 _tree_sweep = in_chunks(_SPECS)  # long CPU batches without gradients: see torchrbd.chunking
@@ -287,13 +294,12 @@ class KinDynComputations:
 
         Returns (model, batch_shape, dict of (B, *spec) tensors)."""
         n = self._model.n
-        tensors = {k: v for k, v in named.items() if isinstance(v, torch.Tensor)}
-        ref = next(iter(tensors.values()), None)
+        ref = next((v for v in named.values() if isinstance(v, torch.Tensor)), None)
         dtype = ref.dtype if ref is not None else self._dtype
         device = ref.device if ref is not None else self._device
         out, batch = {}, []
         for name, value in named.items():
-            spec = tuple(n if s == "n" else s for s in _SPECS[name])
+            spec = _spec(name, n)
             if not isinstance(value, torch.Tensor):
                 try:
                     value = torch.as_tensor(value, dtype=dtype, device=device)
@@ -306,24 +312,23 @@ class KinDynComputations:
                     f"{name}: dtype {value.dtype} differs from {dtype} of the other arguments; "
                     "convert explicitly (torchrbd never casts silently)"
                 )
-            if value.device != device:
+            if value is not ref and value.device != device:
                 raise InputError(f"{name}: on device {value.device}, the other arguments are on {device}")
-            k = len(spec)
-            if value.dim() < k or tuple(value.shape[value.dim() - k :]) != spec:
+            shape, k = value.shape, len(spec)
+            if len(shape) < k or shape[len(shape) - k:] != spec:
                 raise InputError(
-                    f"{name}: expected shape (..., {', '.join(map(str, spec))}), got {tuple(value.shape)}"
+                    f"{name}: expected shape (..., {', '.join(map(str, spec))}), got {tuple(shape)}"
                     + (f" (the model has {n} joint coordinates)" if "n" in _SPECS[name] else "")
                 )
             out[name] = value
-            batch.append(value.shape[: value.dim() - k])
+            batch.append(shape[: len(shape) - k])
         try:
-            batch_shape = batch[0] if all(b == batch[0] for b in batch) else torch.broadcast_shapes(*batch)
+            first = batch[0]
+            batch_shape = first if all(b == first for b in batch) else torch.broadcast_shapes(*batch)
         except RuntimeError:
             shapes = ", ".join(f"{k}: {tuple(b)}" for k, b in zip(out, batch))
             raise InputError(f"batch shapes do not broadcast ({shapes})") from None
-        B = 1
-        for s in batch_shape:
-            B *= s
+        B = math.prod(batch_shape)
         flat = {}
         for name, value in out.items():
             spec = value.shape[value.dim() - len(_SPECS[name]) :]
