@@ -38,10 +38,10 @@ _SPECS = {
 }
 
 
-@functools.lru_cache(maxsize=256)
 def _spec(name: str, n: int) -> tuple:
     """The trailing shape of argument ``name`` for a model of ``n`` coordinates."""
-    return tuple(n if s == "n" else s for s in _SPECS[name])
+    spec = _SPECS[name]
+    return (n,) if spec == ("n",) else spec
 
 
 _tree_sweep = in_chunks(_SPECS)  # long CPU batches without gradients: see torchrbd.chunking
