@@ -9,6 +9,7 @@ import torch._dynamo
 
 import torchrbd
 import torchrbd.models
+from torchrbd.algorithms import tree_sums
 from torchrbd.algorithms.batchlast import DENSE_BELOW
 from conftest import MASSLESS_JOINT_URDF
 
@@ -394,31 +395,48 @@ def test_compiled_batch_of_one_matches_pinocchio():
         np.testing.assert_allclose(value[0].numpy(), ref, rtol=1e-8, atol=1e-10, err_msg=name)
 
 
-def test_compiled_long_batch_mass_matrix_matches_pinocchio_in_each_representation():
+def test_compiled_long_batch_mass_matrix_matches_pinocchio_in_each_representation(monkeypatch):
     """From ``DENSE_BELOW`` configurations on, compiled code on CPU places the mass
     matrix's distinct entries with an operator of its own (``crba._place_op``, opaque to
-    inductor): a random tree against Pinocchio, a few configurations of the batch, in
-    each representation (MIXED places the base rows copied from ``[Mbb | F^T]``, the
-    other two only products)."""
+    inductor), and from ``tree_sums.LEVEL_SUMS_FROM`` on it sums subtrees level by level
+    (composite inertias, rnea's forces): a random tree against Pinocchio, a few
+    configurations of the batch, the mass matrix in each representation (MIXED places
+    the base rows copied from ``[Mbb | F^T]``, the other two only products), bias force
+    and aba in MIXED."""
     import numpy as np
-    from pin_reference import REPRESENTATIONS, pin_robot_of
+    from pin_reference import MIXED, REPRESENTATIONS, pin_robot_of
     from random_trees import random_state, tree_from_rng
 
     rng = np.random.default_rng(11)
     tree = tree_from_rng(rng, max_links=6)
     kd = torchrbd.KinDynComputations(tree.urdf, tree.joints_name_list)
     pin = pin_robot_of(tree, kd.joints_name_list)
-    H, q, *_ = random_state(rng, kd.NDoF, DENSE_BELOW)
+    B = max(DENSE_BELOW, tree_sums.LEVEL_SUMS_FROM)
+    H, q, nu, qd, tau = random_state(rng, kd.NDoF, B)
+    traced, level_sums = [], tree_sums._subtree_sums_by_levels
+    monkeypatch.setattr(tree_sums, "_subtree_sums_by_levels", lambda *a: traced.append(1) or level_sums(*a))
     torch._dynamo.reset()
     kc = kd.compiled()
+    checked = (0, 37, B - 1)
     for rep in REPRESENTATIONS:
         kc.set_frame_velocity_representation(rep)
         with torch.no_grad():
             M = kc.mass_matrix(H, q)
-        assert M.shape == (DENSE_BELOW, 6 + kd.NDoF, 6 + kd.NDoF) and M.is_contiguous()
-        for b in (0, 37, DENSE_BELOW - 1):
+        assert M.shape == (B, 6 + kd.NDoF, 6 + kd.NDoF) and M.is_contiguous()
+        for b in checked:
             np.testing.assert_allclose(M[b].numpy(), pin.mass_matrix(rep, H[b].numpy(), q[b].numpy()),
                                        rtol=1e-8, atol=1e-10, err_msg=f"{rep} configuration {b}")
+    kc.set_frame_velocity_representation(MIXED)
+    with torch.no_grad():
+        h, acc = kc.bias_force(H, q, nu, qd), kc.aba(H, q, nu, qd, tau)
+    zeros = np.zeros(kd.NDoF)
+    for b in checked:
+        state = (H[b].numpy(), q[b].numpy(), nu[b].numpy(), qd[b].numpy())
+        np.testing.assert_allclose(h[b].numpy(), pin.rnea(MIXED, *state, np.zeros(6), zeros),
+                                   rtol=1e-8, atol=1e-9, err_msg=f"bias force, configuration {b}")
+        np.testing.assert_allclose(acc[b].numpy(), pin.aba(MIXED, *state, tau[b].numpy()),
+                                   rtol=1e-7, atol=1e-8, err_msg=f"aba, configuration {b}")
+    assert traced  # the level-by-level sums were compiled in
 
 
 def test_compiled_copies_of_two_robots_of_the_same_size_keep_their_own_code():

@@ -6,6 +6,8 @@ batches)."""
 import pytest
 import torch
 from torchrbd.algorithms.batchlast import DENSE_BELOW
+from torchrbd.algorithms.topology import topology
+from torchrbd.algorithms import tree_sums
 from torchrbd.algorithms.tree_sums import subtree_sums, support_sums
 
 
@@ -48,3 +50,23 @@ def test_sums_against_loops(robot, B):
     xg = x.clone().requires_grad_()  # with gradients: the mask products
     torch.testing.assert_close(support_sums(model, xg, add=add), support, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(subtree_sums(model, xg), subtree, rtol=1e-12, atol=1e-12)
+
+
+def test_compiled_subtree_sums_by_levels(robot, monkeypatch):
+    """The level-by-level subtree sums that compiled code takes without gradients
+    (children gathered with a zero row for the missing ones), traced through
+    ``torch.compile`` (the only place they run), against the loops."""
+    model = robot.kd.model
+    traced = []
+    original = tree_sums._subtree_sums_by_levels
+    monkeypatch.setattr(tree_sums, "_subtree_sums_by_levels", lambda *a: traced.append(1) or original(*a))
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(model.nbody, 3, tree_sums.LEVEL_SUMS_FROM, generator=g, dtype=torch.float64)
+    expected = _loops(model, x, torch.zeros(3, tree_sums.LEVEL_SUMS_FROM, dtype=torch.float64))[1]
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda t: subtree_sums(model, t), backend="eager", fullgraph=True)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), expected, rtol=1e-12, atol=1e-12)
+    assert bool(traced) == (topology(model).unsort is None and len(topology(model).levels) > 0)
+    assert not tree_sums.by_levels(topology(model), x)  # eager never takes it
+    torch._dynamo.reset()

@@ -35,6 +35,10 @@ class Topology:
     * ``ancestor_columns``: ``(cols, weights)`` (nbody, depth) the same mask as each
       row's nonzero columns, padded with column 0 at weight 0 (compiled sums over
       supports, see :func:`~.batchlast.mask_sum`).
+    * ``level_children``: per level from the base's (depth 0) to the last but one, a
+      (k, c) long tensor of each body's children's positions in the next level, padded
+      with that level's size (a zero row appended there; compiled sums over subtrees,
+      see :func:`~.tree_sums.subtree_sums`).
     * ``body_of_dof``: (n,) body moved by each coordinate.
     * ``dof_row_of_body``: (nbody,) ``1 +`` the coordinate of each body's joint, 0 for
       bodies without one: the rows of the coordinates with a zero row prepended that
@@ -74,6 +78,7 @@ class Topology:
     mass_matrix_joint_diagonal: torch.Tensor
     mass_matrix_pairs: torch.Tensor
     ancestor_columns: tuple
+    level_children: tuple
     has_revolute: bool
     has_prismatic: bool
 
@@ -158,9 +163,22 @@ def _topology(parents: tuple, jtypes: tuple, body_dof: tuple, link_body: tuple, 
         mass_matrix_pairs=long([[e // N - 6 for e in entries if 6 * N <= e < zero],
                                 [e % N - 6 for e in entries if 6 * N <= e < zero]]),
         ancestor_columns=_padded_columns(anc, device, dtype),
+        level_children=_level_children(parent_pos, device),
         has_revolute=JointType.REVOLUTE in jtypes,
         has_prismatic=JointType.PRISMATIC in jtypes,
     )
+
+
+def _level_children(parent_pos: list, device) -> tuple:
+    """``Topology.level_children`` from each level's parent positions (depth 1 on)."""
+    out, above = [], 1  # the base's level holds one body
+    for parents in parent_pos:
+        children = [[j for j, p in enumerate(parents) if p == i] for i in range(above)]
+        width = max(len(c) for c in children)
+        padded = [c + [len(parents)] * (width - len(c)) for c in children]
+        out.append(torch.tensor(padded, dtype=torch.long, device=device))
+        above = len(parents)
+    return tuple(out)
 
 
 def _padded_columns(mask, device, dtype):

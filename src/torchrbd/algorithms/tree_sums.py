@@ -50,6 +50,8 @@ def subtree_sums(model, x: torch.Tensor, in_place: bool = False) -> torch.Tensor
     the whole tree's sum. ``in_place``: a sweep may sum into ``x`` itself (a tensor of
     the caller's own, not used again), which saves a copy."""
     topo = topology(model)
+    if by_levels(topo, x):
+        return _subtree_sums_by_levels(topo, x)
     if not _sweeps(topo, x):
         return mask_sum(topo.ancestor.t(), x)
     out = x if in_place else x.clone()
@@ -57,3 +59,35 @@ def subtree_sums(model, x: torch.Tensor, in_place: bool = False) -> torch.Tensor
     for rows, parents, up in reversed(list(zip(topo.levels, topo.level_parent_pos, above))):
         add_to_parents(out[up], parents, out[rows])
     return out
+
+
+# Compiled code sums subtrees level by level from this batch on: iCub's compiled aba
+# took 0.88-0.95x the time at B = 256-4096 that way, 0.99-1.08x at B = 128-192, and
+# up to 1.2x below (the mask product's library call is cheap there).
+LEVEL_SUMS_FROM = 256
+
+
+def by_levels(topo, *tensors: torch.Tensor) -> bool:
+    """Whether compiled code sums subtrees level by level (:func:`_subtree_sums_by_levels`):
+    a batch (the last dimension of the first tensor) of at least :data:`LEVEL_SUMS_FROM`,
+    no gradient (inductor would make the gathers' backward atomic additions), bodies
+    stored level by level."""
+    return (torch.compiler.is_compiling() and tensors[0].shape[-1] >= LEVEL_SUMS_FROM and topo.unsort is None
+            and len(topo.levels) > 0 and not any(t.requires_grad for t in tensors))
+
+
+def _subtree_sums_by_levels(topo, x: torch.Tensor) -> torch.Tensor:
+    """:func:`subtree_sums` for compiled code, leaves first: each level's sums are its
+    rows of ``x`` plus its children's sums, gathered (``Topology.level_children``, a zero
+    row where a body has fewer children than the widest). A few terms per body, which
+    inductor fuses into the kernels around them, where the product with the subtree
+    mask is a library call whose operands and result each make a pass over memory."""
+    parts = x.split_with_sizes([1] + [lvl.stop - lvl.start for lvl in topo.levels])
+    sums = [parts[-1]]
+    for part, children in zip(reversed(parts[:-1]), reversed(topo.level_children)):
+        below = torch.cat([sums[-1], sums[-1].new_zeros(1, *x.shape[1:])])
+        acc = part
+        for k in range(children.shape[1]):
+            acc = acc + below.index_select(0, children[:, k])
+        sums.append(acc)
+    return torch.cat(sums[::-1])
