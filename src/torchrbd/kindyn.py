@@ -139,6 +139,18 @@ class KinDynComputations:
     # aba forward+backward 0.945x, M and h 1.02x (noise).
     _CPU_OPTIONS = {"cpp_wrapper": True}
 
+    # Inductor stores a value that more than ``realize_reads_threshold`` (4) others read
+    # instead of recomputing it in each. The compiled tree sweeps on CPU are bound by
+    # memory traffic (iCub at B = 1024: the bias force's buffers take 26 MB, aba's 50 MB),
+    # and at 8 they store fewer. iCub, one process, interleaved against 4 and against an
+    # identical control (0.98-1.04x): B = 1024 M 0.88-1.00x (0.92x in the longest run),
+    # h 0.84-0.92x; B = 4096 M 0.97x, h 0.91x; B = 1 1.01-1.05x. At 6 no change; at 12
+    # and 24 h 1.3x, aba 1.2x. Not aba: 0.93-0.98x at B = 1024 but 1.06x at 4096, and
+    # its backward 1.03-1.06x.
+    _CPU_SWEEPS = {name: {"realize_reads_threshold": 8} for name in (
+        "mass_matrix", "bias_force", "coriolis_term", "gravity_term", "rnea", "mass_matrix_and_bias_force",
+    )}
+
     def compiled(self, **compile_kwargs) -> "KinDynComputations":
         """A copy whose methods run through ``torch.compile`` (opt-in; same results).
 
@@ -162,7 +174,7 @@ class KinDynComputations:
             kwargs = dict(compile_kwargs)
             inductor = kwargs.get("backend", "inductor") == "inductor" and "mode" not in kwargs
             if inductor:
-                options = {**self._CPU_OPTIONS} if cpu else {}
+                options = {**self._CPU_OPTIONS, **self._CPU_SWEEPS.get(name, {})} if cpu else {}
                 options.update(self._SHORT_CHAINS.get(name, {}), guard_filter_fn=_non_global_guards)
                 kwargs["options"] = {**options, **kwargs.get("options", {})}
             setattr(other, name, torch.compile(getattr(other, name), **kwargs))
