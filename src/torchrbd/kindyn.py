@@ -145,10 +145,12 @@ class KinDynComputations:
     # and at 8 they store fewer. iCub, one process, interleaved against 4 and against an
     # identical control (0.98-1.04x): B = 1024 M 0.88-1.00x (0.92x in the longest run),
     # h 0.84-0.92x; B = 4096 M 0.97x, h 0.91x; B = 1 1.01-1.05x. At 6 no change; at 12
-    # and 24 h 1.3x, aba 1.2x. Not aba: 0.93-0.98x at B = 1024 but 1.06x at 4096, and
-    # its backward 1.03-1.06x.
+    # and 24 h 1.3x, aba 1.2x. The centroidal momentum matrix 0.87x at B = 1024 and 4096,
+    # the CoM Jacobian 0.89x and 0.83x (controls 0.98-0.99x), both 1.04-1.05x at B = 1.
+    # Not aba: 0.93-0.98x at B = 1024 but 1.06x at 4096, and its backward 1.03-1.06x.
     _CPU_SWEEPS = {name: {"realize_reads_threshold": 8} for name in (
         "mass_matrix", "bias_force", "coriolis_term", "gravity_term", "rnea", "mass_matrix_and_bias_force",
+        "centroidal_momentum_matrix", "CoM_jacobian",
     )}
 
     def compiled(self, **compile_kwargs) -> "KinDynComputations":
