@@ -413,8 +413,8 @@ def test_compiled_long_batch_mass_matrix_matches_pinocchio_in_each_representatio
     pin = pin_robot_of(tree, kd.joints_name_list)
     B = max(DENSE_BELOW, tree_sums.LEVEL_SUMS_FROM)
     H, q, nu, qd, tau = random_state(rng, kd.NDoF, B)
-    traced, level_sums = [], tree_sums._subtree_sums_by_levels
-    monkeypatch.setattr(tree_sums, "_subtree_sums_by_levels", lambda *a: traced.append(1) or level_sums(*a))
+    traced, level_sums = [], tree_sums.subtree_sums_by_levels
+    monkeypatch.setattr(tree_sums, "subtree_sums_by_levels", lambda *a: traced.append(1) or level_sums(*a))
     torch._dynamo.reset()
     kc = kd.compiled()
     checked = (0, 37, B - 1)

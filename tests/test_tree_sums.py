@@ -52,14 +52,14 @@ def test_sums_against_loops(robot, B):
     torch.testing.assert_close(subtree_sums(model, xg), subtree, rtol=1e-12, atol=1e-12)
 
 
-def test_compiled_subtree_sums_by_levels(robot, monkeypatch):
+def test_compiledsubtree_sums_by_levels(robot, monkeypatch):
     """The level-by-level subtree sums that compiled code takes without gradients
     (children gathered with a zero row for the missing ones), traced through
     ``torch.compile`` (the only place they run), against the loops."""
     model = robot.kd.model
     traced = []
-    original = tree_sums._subtree_sums_by_levels
-    monkeypatch.setattr(tree_sums, "_subtree_sums_by_levels", lambda *a: traced.append(1) or original(*a))
+    original = tree_sums.subtree_sums_by_levels
+    monkeypatch.setattr(tree_sums, "subtree_sums_by_levels", lambda *a: traced.append(1) or original(*a))
     g = torch.Generator().manual_seed(7)
     x = torch.randn(model.nbody, 3, tree_sums.LEVEL_SUMS_FROM, generator=g, dtype=torch.float64)
     expected = _loops(model, x, torch.zeros(3, tree_sums.LEVEL_SUMS_FROM, dtype=torch.float64))[1]

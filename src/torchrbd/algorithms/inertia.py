@@ -95,12 +95,13 @@ class SpatialInertia:
 
     def subtree_sums(self, model: Model) -> "SpatialInertia":
         """Composite inertias (1+n rows): the whole robot's, then that of the subtree
-        moved by each coordinate (masked sums, see ``Topology.subtrees``)."""
+        moved by each coordinate (masked sums, see ``Topology.subtrees``; compiled long
+        batches: the bodies' sums level by level, see :func:`~.tree_sums.by_levels`)."""
         topo = topology(model)
         if tree_sums.by_levels(topo, self.h, self.J, self.m):
-            # compiled: the bodies' subtree sums level by level, then the coordinates' rows
             rows = torch.nn.functional.pad(topo.body_of_dof, (1, 0))  # [0 (the whole tree), body_of_dof]
-            m, h, J = (tree_sums.subtree_sums(model, x).index_select(0, rows) for x in (self.m, self.h, self.J))
+            m, h, J = (tree_sums.subtree_sums_by_levels(topo, x).index_select(0, rows)
+                       for x in (self.m, self.h, self.J))
             return SpatialInertia(m, h, J)
         mask = topo.subtrees
         return SpatialInertia(mask @ self.m, mask_sum(mask, self.h), mask_sum(mask, self.J))

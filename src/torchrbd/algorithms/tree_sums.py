@@ -51,7 +51,7 @@ def subtree_sums(model, x: torch.Tensor, in_place: bool = False) -> torch.Tensor
     the caller's own, not used again), which saves a copy."""
     topo = topology(model)
     if by_levels(topo, x):
-        return _subtree_sums_by_levels(topo, x)
+        return subtree_sums_by_levels(topo, x)
     if not _sweeps(topo, x):
         return mask_sum(topo.ancestor.t(), x)
     out = x if in_place else x.clone()
@@ -68,7 +68,7 @@ LEVEL_SUMS_FROM = 256
 
 
 def by_levels(topo, *tensors: torch.Tensor) -> bool:
-    """Whether compiled code sums subtrees level by level (:func:`_subtree_sums_by_levels`):
+    """Whether compiled code sums subtrees level by level (:func:`subtree_sums_by_levels`):
     a batch (the last dimension of the first tensor) of at least :data:`LEVEL_SUMS_FROM`,
     no gradient (inductor would make the gathers' backward atomic additions), bodies
     stored level by level."""
@@ -76,7 +76,7 @@ def by_levels(topo, *tensors: torch.Tensor) -> bool:
             and len(topo.levels) > 0 and not any(t.requires_grad for t in tensors))
 
 
-def _subtree_sums_by_levels(topo, x: torch.Tensor) -> torch.Tensor:
+def subtree_sums_by_levels(topo, x: torch.Tensor) -> torch.Tensor:
     """:func:`subtree_sums` for compiled code, leaves first: each level's sums are its
     rows of ``x`` plus its children's sums, gathered (``Topology.level_children``, a zero
     row where a body has fewer children than the widest). A few terms per body, which
