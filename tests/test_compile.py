@@ -98,8 +98,8 @@ def test_inductor_mass_matrix_gradients_match_eager():
 def test_inductor_frame_kinematics_match_eager():
     """forward_kinematics and jacobian compile with their own inductor options
     (KinDynComputations._SHORT_CHAINS): the generated code gives the eager results, for
-    a short batch (the chain's kinematics) and a long one (forward kinematics by pairs,
-    ``kinematics.frame_transforms``)."""
+    a short batch (the chain's kinematics) and a long one (forward kinematics by groups
+    of joints, ``kinematics.frame_transforms``)."""
     kd = torchrbd.models.load("arm7")
     torch._dynamo.reset()
     kc = kd.compiled()

@@ -39,7 +39,7 @@ def test_forward_kinematics_batched(robot, rng):
 def test_forward_kinematics_of_every_batch_length(robot, rng, B):
     """Eager calls multiply the base pose, the chain's local transforms and the frame's
     placement (``kinematics.frame_transforms``: one ``linalg.multi_dot`` for one
-    configuration, a ``bmm`` per joint for short batches, batch-last rows by pairs for
+    configuration, a ``bmm`` per joint for short batches, batch-last rows by groups of joints for
     long ones, with chains of every parity among the frames): every frame against
     Pinocchio, an exact last row, a base transform whose last row is not read, and
     gradients with respect to the joint positions and the whole base transform against

@@ -457,24 +457,32 @@ def link_poses(model: Model, kin: Kinematics):
 
 def frame_transforms(model: Model, H: torch.Tensor, q: torch.Tensor, frame: str) -> torch.Tensor:
     """world_H_frame (B, 4, 4) in eager mode and of compiled long batches, ``H`` (B, 4, 4)
-    world_H_base and ``q`` (B, n): the base pose, the local transforms of the frame's
-    chain and the frame's placement multiplied, where :func:`chain_forward` and
-    :func:`frame_pose` compose one joint after the other and assemble the rows. ``H``'s
-    last row is not read.
+    world_H_base and ``q`` (B, n): the base pose, the chain's transforms and the frame's
+    placement multiplied, where :func:`chain_forward` and :func:`frame_pose` compose one
+    joint after the other and assemble the rows. ``H``'s last row is not read.
 
     * one configuration: one ``linalg.multi_dot`` of 4x4 matrices (iCub's l_sole: 57 ->
       26 operators);
     * short batches (below ``DENSE_BELOW``): one ``bmm`` of 4x4 matrices per joint
       (90 -> 27 operators);
-    * long batches: batch-last rows ``[R | p]`` multiplied by pairs
-      (:func:`_frame_rows_by_pairs`), then one copy to batch-first 4x4 (90 -> 53)."""
+    * long batches: the chain's transform group by group of :data:`CHAIN_GROUP` joints,
+      each one product of constant coefficients with the group's monomials
+      (:func:`_chain_group_coefficients`, the placement folded into the last group), the
+      groups' batch-last rows ``[R | p]`` composed after the base pose's, then one copy
+      to batch-first 4x4."""
     body, rot, pos = model.frame(frame)
     path = chain(model, body)
     B = H.shape[0]
     last = model_cached(model, "_homogeneous_last_row", lambda: torch.eye(4, dtype=rot.dtype, device=rot.device)[3:])
     placement = _frame_placement(model, frame, rot, pos, last)
-    if B >= DENSE_BELOW:
-        X = _frame_rows_by_pairs(model, H[:, :3].permute(1, 2, 0).contiguous(), q.t(), path, placement[:3])
+    if B >= DENSE_BELOW and len(path):
+        C = _chain_group_coefficients(model, frame, path, placement)  # (g, 12, t^m)
+        monomials = _chain_monomials(topology(model), q.t().index_select(0, path.dofs))  # (g, t^m, B)
+        Y = const_lmatmul(C, monomials, fuse=False).view(C.shape[0], 1, 3, 4, B)  # the groups' rows [R | p]
+        X = Y[-1]
+        for Yg in reversed(Y[:-1].unbind(0)):
+            X = _compose(Yg, X)
+        X = _compose(H[:, :3].permute(1, 2, 0).contiguous()[None], X)[0]
         return torch.cat([X.permute(2, 0, 1), last.expand(B, 1, 4)], 1)
     if B == 1:
         base = torch.cat([H[0, :3], last])
@@ -491,29 +499,69 @@ def frame_transforms(model: Model, H: torch.Tensor, q: torch.Tensor, frame: str)
     return X @ placement
 
 
+CHAIN_GROUP = 3
+"""Joints per group in :func:`frame_transforms`. A group's transform is linear in the
+products of its joints' terms ``(1, sin q, cos q)`` (27 of them for three revolute
+joints), so one batched product with constant coefficients makes it, where composing
+the joints one by one takes a few operators each. iCub's l_sole (six joints, two
+groups), in-process A/B against the chain by pairs (``benchmarks/ab.py --only FK``):
+``forward_kinematics`` 0.86x the time at B = 1024 (float32 too), 0.83x at 4096, 0.92x at
+96, compiled 0.94x at 1024. Larger groups would make t^m products per configuration (729
+for six joints), more bytes than the compositions they save. Short batches keep one
+product per joint: the groups' matrices batch-first took 1.1-1.2x the time at B = 4,
+1.0x at 16 and 0.88x at 32-64."""
+
+
+def _chain_group_coefficients(model: Model, frame: str, path: Chain, placement: torch.Tensor) -> torch.Tensor:
+    """(g, 12, t^m) the coefficients of the rows ``[R | p]`` of each group of ``m =
+    CHAIN_GROUP`` joints of the frame's chain: the group's transform ``L_1 L_2 ... L_m``
+    (each ``L_j = sum_a C_j[a] terms_j[a]``, :func:`_joint_pose_matrix`) is ``sum C_1[a]
+    C_2[b] ... terms_1[a] terms_2[b] ...``, over the products of terms in
+    :func:`_chain_monomials`'s order. The frame's ``placement`` (4, 4) is folded into the
+    last group; a chain whose length is not a multiple of m ends with identity joints.
+    Kept on the model per frame unless a placement needs grad."""
+    def make():
+        C = _joint_pose_matrix(model, homogeneous=True)[path.bodies]  # (k, 16, t)
+        k, _, t = C.shape
+        C = C.unflatten(1, (4, 4)).permute(0, 3, 1, 2)  # (k, t, 4, 4)
+        pad = -k % CHAIN_GROUP
+        if pad:
+            identity = torch.zeros(pad, t, 4, 4, dtype=C.dtype, device=C.device)
+            identity[:, 0] = torch.eye(4, dtype=C.dtype, device=C.device)
+            C = torch.cat([C, identity])
+        C = C.view(-1, CHAIN_GROUP, t, 4, 4)
+        G = C[:, 0]
+        for j in range(1, CHAIN_GROUP):
+            G = (G[:, :, None] @ C[:, j, None]).flatten(1, 2)  # (g, t^(j+1), 4, 4)
+        G = torch.cat([G[:-1], (G[-1:] @ placement)])
+        return G[:, :, :3].flatten(2).transpose(1, 2).contiguous()
+    rot, pos = model.frame(frame)[1:]
+    return model_cached_entry(model, "_chain_group_coefficients", frame, make,
+                              depends_on=_placements(model) + (rot, pos))
+
+
+def _chain_monomials(topo, q: torch.Tensor) -> torch.Tensor:
+    """(g, t^m, B) the products of one term of each joint of a group, for the chain's
+    coordinates ``q`` (k, B) in groups of ``m = CHAIN_GROUP`` (:func:`_pose_terms`'s
+    terms; the padding joints of :func:`_chain_group_coefficients` take ones)."""
+    T = _pose_terms(topo, q)  # (k, t, B)
+    k, t, B = T.shape
+    pad = -k % CHAIN_GROUP
+    if pad:
+        T = torch.cat([T, T.new_ones(pad, t, B)])
+    T = T.view(T.shape[0] // CHAIN_GROUP, CHAIN_GROUP, t, B)
+    M = T[:, 0]
+    for j in range(1, CHAIN_GROUP):
+        M = (M[:, :, None] * T[:, j, None]).flatten(1, 2)  # (g, t^(j+1), B)
+    return M
+
+
 def _frame_placement(model: Model, frame: str, rot: torch.Tensor, pos: torch.Tensor, last: torch.Tensor):
     """(4, 4) body_H_frame from ``model.frame(frame)``'s ``rot``, ``pos`` and the last row
     ``last`` (1, 4), kept on the model per frame unless they need grad (three operators
     fewer per call; see :func:`~.topology.model_cached_entry`)."""
     return model_cached_entry(model, "_frame_placements", frame,
                               lambda: torch.cat([torch.cat([rot, pos[:, None]], 1), last]), depends_on=(rot, pos))
-
-
-def _frame_rows_by_pairs(model: Model, base: torch.Tensor, q: torch.Tensor, path, placement) -> torch.Tensor:
-    """(3, 4, B) rows ``[R | p]`` of ``base`` (3, 4, B) followed by the local transforms
-    of the chain ``path`` at ``q`` (n, B) and the constant ``placement`` (3, 4),
-    multiplied by pairs: each round composes every adjacent pair at once, so a chain of
-    k joints takes ``ceil(log2(k + 2))`` rounds of a few operators, not k + 1."""
-    B = base.shape[-1]
-    items = [base[None]]
-    if len(path):
-        items.append(_local_transforms(model, q.index_select(0, path.dofs), path.bodies, fuse=False))
-    X = torch.cat(items + [placement[None, ..., None].expand(1, 3, 4, B)])  # (k + 2, 3, 4, B), in this order
-    while X.shape[0] > 1:
-        k = X.shape[0]
-        pairs = _compose(X[0:k - 1:2], X[1:k:2])
-        X = torch.cat([pairs, X[k - 1:]]) if k % 2 else pairs
-    return X[0]
 
 
 def _homogeneous_locals(model: Model, q: torch.Tensor, bodies):
