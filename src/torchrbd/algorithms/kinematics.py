@@ -522,22 +522,29 @@ def _chain_group_coefficients(model: Model, frame: str, path: Chain, placement: 
     Kept on the model per frame unless a placement needs grad."""
     def make():
         C = _joint_pose_matrix(model, homogeneous=True)[path.bodies]  # (k, 16, t)
-        k, _, t = C.shape
         C = C.unflatten(1, (4, 4)).permute(0, 3, 1, 2)  # (k, t, 4, 4)
-        pad = -k % CHAIN_GROUP
-        if pad:
-            identity = torch.zeros(pad, t, 4, 4, dtype=C.dtype, device=C.device)
-            identity[:, 0] = torch.eye(4, dtype=C.dtype, device=C.device)
-            C = torch.cat([C, identity])
-        C = C.view(-1, CHAIN_GROUP, t, 4, 4)
+        identity = torch.zeros_like(C[0])  # a joint whose transform is 1 whatever its terms
+        identity[0] = torch.eye(4, dtype=C.dtype, device=C.device)
+        C = _in_groups(C, identity)  # (g, m, t, 4, 4)
         G = C[:, 0]
         for j in range(1, CHAIN_GROUP):
             G = (G[:, :, None] @ C[:, j, None]).flatten(1, 2)  # (g, t^(j+1), 4, 4)
         G = torch.cat([G[:-1], (G[-1:] @ placement)])
         return G[:, :, :3].flatten(2).transpose(1, 2).contiguous()
-    rot, pos = model.frame(frame)[1:]
+    # (the placement needs grad exactly when the frame's rot or pos do, see _frame_placement)
     return model_cached_entry(model, "_chain_group_coefficients", frame, make,
-                              depends_on=_placements(model) + (rot, pos))
+                              depends_on=_placements(model) + (placement,))
+
+
+def _in_groups(x: torch.Tensor, filler) -> torch.Tensor:
+    """(g, m, ...) the rows of ``x`` (k, ...) in groups of ``m = CHAIN_GROUP``, the last
+    group completed with copies of ``filler``: one row, or a number (nothing is made
+    when k is a multiple of m)."""
+    pad = -x.shape[0] % CHAIN_GROUP
+    if pad:
+        rows = (pad, *x.shape[1:])
+        x = torch.cat([x, filler.expand(rows) if isinstance(filler, torch.Tensor) else x.new_full(rows, filler)])
+    return x.view(x.shape[0] // CHAIN_GROUP, CHAIN_GROUP, *x.shape[1:])
 
 
 def _chain_monomials(topo, q: torch.Tensor) -> torch.Tensor:
@@ -545,11 +552,7 @@ def _chain_monomials(topo, q: torch.Tensor) -> torch.Tensor:
     coordinates ``q`` (k, B) in groups of ``m = CHAIN_GROUP`` (:func:`_pose_terms`'s
     terms; the padding joints of :func:`_chain_group_coefficients` take ones)."""
     T = _pose_terms(topo, q)  # (k, t, B)
-    k, t, B = T.shape
-    pad = -k % CHAIN_GROUP
-    if pad:
-        T = torch.cat([T, T.new_ones(pad, t, B)])
-    T = T.view(T.shape[0] // CHAIN_GROUP, CHAIN_GROUP, t, B)
+    T = _in_groups(T, 1.0)  # (g, m, t, B)
     M = T[:, 0]
     for j in range(1, CHAIN_GROUP):
         M = (M[:, :, None] * T[:, j, None]).flatten(1, 2)  # (g, t^(j+1), B)
