@@ -58,6 +58,50 @@ def test_compiled_matches_eager():
     torch.testing.assert_close(kc.aba(H, q, nu, qd, tau), kd.aba(H, q, nu, qd, tau), rtol=1e-10, atol=1e-10)
 
 
+def test_each_compiled_method_of_each_copy_compiles_on_its_own():
+    """Dynamo keeps compiled variants per Python code object, at most
+    ``recompile_limit`` (8) of them, and past that runs the function eagerly with one
+    logged warning. The public methods share their decorators' wrapper: 8 variants
+    (method, dtype, batch length, gradients) once served every method of every
+    compiled copy, and a ninth ran eagerly. Here 2 dtypes x 7 methods on one copy, then
+    a second copy, then methods compiled by ``torch.compile(kd.method)``: each call
+    compiles (dynamo raises where it would fall back) and gives the eager result."""
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+        _call_many_compiled_variants()
+
+
+def _call_many_compiled_variants():
+    kd = torchrbd.models.load("arm7")
+    frame = kd.frame_names[-1]
+    calls = {
+        "mass_matrix": lambda k, H, q, nu, qd, tau: k.mass_matrix(H, q),
+        "bias_force": lambda k, H, q, nu, qd, tau: k.bias_force(H, q, nu, qd),
+        "aba": lambda k, H, q, nu, qd, tau: k.aba(H, q, nu, qd, tau),
+        "jacobian": lambda k, H, q, nu, qd, tau: k.jacobian(frame, H, q),
+        "forward_kinematics": lambda k, H, q, nu, qd, tau: k.forward_kinematics(frame, H, q),
+        "CoM_position": lambda k, H, q, nu, qd, tau: k.CoM_position(H, q),
+        "gravity_term": lambda k, H, q, nu, qd, tau: k.gravity_term(H, q),
+    }
+    kc = kd.compiled(backend="eager")
+    args = _inputs(kd, B=2)
+    for name, call in calls.items():
+        torch.testing.assert_close(call(kc, *args), call(kd, *args), rtol=1e-10, atol=1e-10, msg=name)
+    for name, call in calls.items():  # float32: normwise against float64 (aba: eps32 cond(M) is 5e-3 here)
+        out, ref = call(kc, *[x.float() for x in args]), call(kd, *args)
+        assert out.dtype == torch.float32
+        assert (out.double() - ref).abs().max() <= 1e-3 * ref.abs().max(), name
+    other = kd.compiled(backend="eager")
+    for name, call in calls.items():
+        torch.testing.assert_close(call(other, *args), call(kd, *args), rtol=1e-10, atol=1e-10, msg=name)
+    # and methods compiled one by one by the user, 2 variants each
+    for dtype in (torch.float64, torch.float32):
+        x = [a.to(dtype) for a in args]
+        for name in ("mass_matrix", "gravity_term", "CoM_position", "CoM_jacobian", "centroidal_momentum_matrix"):
+            torch.testing.assert_close(torch.compile(getattr(kd, name), backend="eager")(*x[:2]),
+                                       getattr(kd, name)(*x[:2]), msg=name)
+
+
 def test_compiled_mass_matrix_of_a_tree_with_armature_in_each_representation():
     """A branched tree with rotor inertia (the MJCF humanoid): under compile the mass
     matrix is assembled from its distinct entries only; it matches eager, zeros and

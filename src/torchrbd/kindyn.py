@@ -12,6 +12,7 @@ import functools
 import logging
 import math
 import os
+import types
 from pathlib import Path
 
 import torch
@@ -47,6 +48,26 @@ def _spec(name: str, n: int) -> tuple:
 _tree_sweep = in_chunks(_SPECS)  # long CPU batches without gradients: see torchrbd.chunking
 
 
+def _own_code(fn):
+    """A copy of function ``fn`` with a code object of its own. Dynamo keeps compiled
+    variants per code object, at most ``torch._dynamo.config.recompile_limit`` (8), and
+    past that runs the function eagerly after one logged warning. The public methods
+    are all the same wrapper of :func:`_inference`: without a copy each, 8 variants
+    (method, dtype, batch length, gradients) served every compiled method, and a ninth
+    ran eagerly."""
+    own = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    own.__kwdefaults__ = fn.__kwdefaults__
+    own.__dict__.update(fn.__dict__)  # __wrapped__ and the like, from functools.wraps
+    own.__qualname__, own.__doc__, own.__module__ = fn.__qualname__, fn.__doc__, fn.__module__
+    return own
+
+
+def _with_own_code(method):
+    """The bound ``method`` rebound to an :func:`_own_code` copy of its function: each
+    compiled copy (:meth:`KinDynComputations.compiled`) keeps its own variants."""
+    return types.MethodType(_own_code(method.__func__), method.__self__)
+
+
 def _inference(method):
     """Decorator of a public method: an eager call that needs no gradient runs under
     ``torch.inference_mode`` and returns normal tensors (see :mod:`torchrbd.inference`)."""
@@ -63,7 +84,7 @@ def _inference(method):
         if needs_grad(self, tensors):
             return method(self, *args, **kwargs)
         return call_in_inference_mode(method, self, *args, **kwargs)
-    return run
+    return _own_code(run)  # each method its own dynamo cache, see _own_code
 
 
 class KinDynComputations:
@@ -179,7 +200,7 @@ class KinDynComputations:
                 options = {**self._CPU_OPTIONS, **self._CPU_SWEEPS.get(name, {})} if cpu else {}
                 options.update(self._SHORT_CHAINS.get(name, {}), guard_filter_fn=_non_global_guards)
                 kwargs["options"] = {**options, **kwargs.get("options", {})}
-            setattr(other, name, torch.compile(getattr(other, name), **kwargs))
+            setattr(other, name, torch.compile(_with_own_code(getattr(other, name)), **kwargs))
         return other
 
     # ----------------------------------------------------------- constructors
