@@ -57,9 +57,7 @@ def _own_code(fn):
     ran eagerly."""
     own = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
     own.__kwdefaults__ = fn.__kwdefaults__
-    own.__dict__.update(fn.__dict__)  # __wrapped__ and the like, from functools.wraps
-    own.__qualname__, own.__doc__, own.__module__ = fn.__qualname__, fn.__doc__, fn.__module__
-    return own
+    return functools.update_wrapper(own, fn)  # name, doc, annotations; signature through __wrapped__
 
 
 def _with_own_code(method):
