@@ -242,6 +242,29 @@ def test_bench_samples_all_quantities_round_by_round(monkeypatch):
     assert seen[0] == sorted((q, col) for q in quantities for col in ("torchrbd", "pinocchio", "float32"))
 
 
+def test_bench_times_compiled_float32_with_compile_and_both_dtypes(monkeypatch, capsys):
+    """`--compile --dtype both` adds a compiled float32 column, timed in the same
+    interleaved run, and its speed-up over the compiled float64 one."""
+    from torchrbd import bench
+
+    seen = []
+
+    def fake_timeit(fns, repeat, sync=None, single_threaded=("pinocchio",)):
+        seen.append(sorted(k for k, f in fns.items() if f is not None))
+        return {k: {"compiled": 4e-3, "compiled float32": 1e-3}.get(k[-1], 2e-3) for k in fns}
+
+    monkeypatch.setattr(bench, "_timeit", fake_timeit)
+    rows = bench.main(["--quick", "--no-adam", "--dtype", "both", "--compile"])
+    columns = ("torchrbd", "pinocchio", "compiled", "float32", "compiled float32")
+    assert seen[0] == sorted((row["quantity"], col) for row in rows for col in columns)
+    assert all(row["compiled_float32"] == 1e-3 for row in rows)
+    out = capsys.readouterr().out
+    assert "| compiled float32 | ratio | compiled float32 speed-up |" in out
+    row = next(line for line in out.splitlines() if line.startswith("| mass_matrix |"))
+    cells = [cell.strip() for cell in row.split("|")[1:-1]]
+    assert cells[-5:] == ["1 ms", "0.50x", "4.00x", "-", "-"]  # compiled float32, its ratio, speed-up; adam
+
+
 def test_bench_samples_start_with_an_untimed_call(monkeypatch):
     """Each timed sample is preceded by one call of the same callable (steady state:
     the first call after another callable or a pause runs on cold caches)."""

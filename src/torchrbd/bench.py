@@ -215,7 +215,8 @@ def main(argv=None) -> list:
     ap.add_argument("--robot", default="icub", help="icub (needs icub-models) or an embedded model name")
     ap.add_argument("--batch", type=int, nargs="+", default=[1024, 1], help="batch sizes")
     ap.add_argument("--dtype", choices=["float64", "float32", "both"], default="float64",
-                    help="both: float64, plus a float32 column timed alongside it")
+                    help="both: float64, plus a float32 column timed alongside it (with --compile, "
+                         "a compiled float32 column too)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     ap.add_argument("--repeat", type=int, default=7)
@@ -255,6 +256,8 @@ def main(argv=None) -> list:
         comp = (torchrbd_cases(path, joints, frame, B, dtype, device, compile_=True, python_wrapper=args.python_wrapper)
                 if args.compile else {})
         f32 = torchrbd_cases(path, joints, frame, B, torch.float32, device) if args.dtype == "both" else {}
+        comp32 = (torchrbd_cases(path, joints, frame, B, torch.float32, device, compile_=True,
+                                 python_wrapper=args.python_wrapper) if comp and f32 else {})
         pin_cases, pin_note = ((None, "Pinocchio skipped (--no-pinocchio)") if args.no_pinocchio
                                else pinocchio_cases(path, joints, frame, B))
         adam, adam_note = (None, "adam skipped (--no-adam)") if args.no_adam else adam_cases(path, joints, frame, B, dtype)
@@ -269,23 +272,31 @@ def main(argv=None) -> list:
         if f32:
             head += " torchrbd float32 | ratio | float32 speed-up |"
             sep += "---|---|---|"
+        if comp32:
+            head += " compiled float32 | ratio | compiled float32 speed-up |"
+            sep += "---|---|---|"
         head += " adam | torchrbd speed-up over adam |"
         sep += "---|---|"
         print(head)
         print(sep)
-        columns = {"torchrbd": ours, "pinocchio": pin_cases or {}, "compiled": comp, "float32": f32}
+        columns = {"torchrbd": ours, "pinocchio": pin_cases or {}, "compiled": comp, "float32": f32,
+                   "compiled float32": comp32}
         times = _timeit({(name, col): fns.get(name) for name in ours for col, fns in columns.items()}, args.repeat, sync)
         for name in ours:
             # adam is 10-100x slower: fewer samples of it, on their own
             ta = _timeit({"adam": adam[name]}, max(1, args.repeat // 3), sync)["adam"] if adam and name in adam else None
-            t, tp, tc, t32 = (times.get((name, col)) for col in ("torchrbd", "pinocchio", "compiled", "float32"))
-            row = dict(batch=B, quantity=name, pinocchio=tp, torchrbd=t, compiled=tc, float32=t32, adam=ta)
+            t, tp, tc, t32, tc32 = (times.get((name, col))
+                                    for col in ("torchrbd", "pinocchio", "compiled", "float32", "compiled float32"))
+            row = dict(batch=B, quantity=name, pinocchio=tp, torchrbd=t, compiled=tc, float32=t32,
+                       compiled_float32=tc32, adam=ta)
             rows.append(row)
             line = f"| {name} | {_fmt(tp)} | {_fmt(t)} | {B / t:,.0f} | {f'{t / tp:.2f}x' if tp else '-'} |"
             if comp:
                 line += f" {_fmt(tc)} | {f'{tc / tp:.2f}x' if tp else '-'} |"
             if f32:
                 line += f" {_fmt(t32)} | {f'{t32 / tp:.2f}x' if tp else '-'} | {t / t32:.2f}x |"
+            if comp32:
+                line += f" {_fmt(tc32)} | {f'{tc32 / tp:.2f}x' if tp else '-'} | {tc / tc32:.2f}x |"
             line += f" {_fmt(ta)} | {f'{ta / t:.0f}x' if ta else '-'} |"
             print(line)
     print("\nratio = torchrbd time / Pinocchio time (below 1 means torchrbd is faster); "
