@@ -42,6 +42,27 @@ def _nbytes(x) -> int:
     return 0
 
 
+def _tensors(x) -> list:
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for y in x for t in _tensors(y)]
+    return []
+
+
+def _moves_nothing(func, args, out) -> bool:
+    """Whether the operator only made a view: a listed one, or one that writes nothing
+    in place and returns tensors on its inputs' memory (``reshape`` of a contiguous
+    tensor; the same ``reshape`` of a strided one copies, and counts)."""
+    if func.overloadpacket.__name__.rstrip("_") in MOVES_NOTHING:
+        return True
+    if func._schema.is_mutable:
+        return False
+    outs = _tensors(out)
+    inputs = {t.untyped_storage().data_ptr() for t in _tensors(list(args)) if t.numel()}
+    return bool(outs) and all(t.untyped_storage().data_ptr() in inputs for t in outs if t.numel())
+
+
 class Traffic(TorchDispatchMode):
     """Counts each aten operator under the torchrbd function ``depth`` frames below the
     outermost one that issued it (0: the public method)."""
@@ -61,7 +82,7 @@ class Traffic(TorchDispatchMode):
             where = f"{f.filename.rsplit('/', 1)[-1]}:{f.name}"
         row = self.rows[where]
         row[0] += 1
-        if func.overloadpacket.__name__.rstrip("_") not in MOVES_NOTHING:
+        if not _moves_nothing(func, args, out):
             row[1] += _nbytes(out)
             row[2] += _nbytes(list(args))
         return out
