@@ -231,15 +231,17 @@ def test_bench_samples_all_quantities_round_by_round(monkeypatch):
 
     seen = []
 
-    def fake_timeit(fns, repeat, sync=None, single_threaded=("pinocchio",)):
+    def fake_timeit(fns, repeat, sync=None, single_threaded=("pinocchio",), spreads=None):
         seen.append(sorted(k for k, f in fns.items() if f is not None))
+        spreads.update({k: 1.0 for k in fns})
         return {k: 1e-3 for k in fns}
 
     monkeypatch.setattr(bench, "_timeit", fake_timeit)
     rows = bench.main(["--quick", "--no-adam", "--dtype", "both"])
     quantities = [row["quantity"] for row in rows]
     assert len(seen) == 1 and len(quantities) == 6
-    assert seen[0] == sorted((q, col) for q in quantities for col in ("torchrbd", "pinocchio", "float32"))
+    expected = [(q, col) for q in quantities for col in ("torchrbd", "pinocchio", "float32")] + [bench.PROBE_KEY]
+    assert seen[0] == sorted(expected)
 
 
 def test_bench_times_compiled_float32_with_compile_and_both_dtypes(monkeypatch, capsys):
@@ -249,14 +251,16 @@ def test_bench_times_compiled_float32_with_compile_and_both_dtypes(monkeypatch, 
 
     seen = []
 
-    def fake_timeit(fns, repeat, sync=None, single_threaded=("pinocchio",)):
+    def fake_timeit(fns, repeat, sync=None, single_threaded=("pinocchio",), spreads=None):
         seen.append(sorted(k for k, f in fns.items() if f is not None))
+        spreads.update({k: 1.0 for k in fns})
         return {k: {"compiled": 4e-3, "compiled float32": 1e-3}.get(k[-1], 2e-3) for k in fns}
 
     monkeypatch.setattr(bench, "_timeit", fake_timeit)
     rows = bench.main(["--quick", "--no-adam", "--dtype", "both", "--compile"])
     columns = ("torchrbd", "pinocchio", "compiled", "float32", "compiled float32")
-    assert seen[0] == sorted((row["quantity"], col) for row in rows for col in columns)
+    expected = [(row["quantity"], col) for row in rows for col in columns] + [bench.PROBE_KEY]
+    assert seen[0] == sorted(expected)
     assert all(row["compiled_float32"] == 1e-3 for row in rows)
     out = capsys.readouterr().out
     assert "| compiled float32 | ratio | compiled float32 speed-up |" in out
@@ -296,6 +300,51 @@ def test_bench_samples_warm_up_for_a_minimum_time(monkeypatch):
     bench._timeit({"a": call}, repeat=1)
     # 2 warm-ups, the probe (3 untimed + 1 timed: number = 1), the sample (3 untimed + 1 timed)
     assert len(log) == 2 + 4 + 4
+
+
+def test_bench_reports_the_spread_of_each_callables_samples(monkeypatch):
+    """``spreads`` receives, per callable, its median sample over its fastest one."""
+    from torchrbd import bench
+
+    now, durations = [0.0], iter([1.0] * 4 + [1.0, 3.0, 1.0, 5.0, 1.0, 3.0, 1.0, 2.0, 1.0, 5.0])
+
+    def call():
+        now[0] += next(durations)
+
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(bench, "_WARM_S", 0.0)
+    spreads = {}
+    # 2 warm-ups and the probe (2 calls), then 5 rounds of 1 untimed call (1 s) and 1
+    # timed one: 3, 5, 3, 2, 5 s
+    times = bench._timeit({"a": call}, repeat=5, spreads=spreads)
+    assert times["a"] == 3.0 and spreads["a"] == 1.5
+
+
+def test_bench_warns_when_the_memory_probe_was_unsteady():
+    """The line under each table says whether the memory probe (a 16 MB copy timed in
+    each round) held steady, and warns when its median round is well above its fastest."""
+    from torchrbd import bench
+
+    steady = bench.probe_line(0.5e-3, 1.1)
+    assert "0.5 ms" in steady and "1.10x" in steady and "WARNING" not in steady
+    noisy = bench.probe_line(0.8e-3, bench.NOISY_SPREAD + 0.1)
+    assert "WARNING" in noisy and "ratios above may be too high" in noisy
+
+
+def test_bench_times_the_memory_probe_on_cpu(monkeypatch, capsys):
+    """On CPU `torchrbd bench` times the memory probe with the quantities and prints its line."""
+    from torchrbd import bench
+
+    def fake_timeit(fns, repeat, sync=None, single_threaded=("pinocchio",), spreads=None):
+        fns[bench.PROBE_KEY]()  # a callable that runs
+        spreads.update({k: 2.0 if k == bench.PROBE_KEY else 1.0 for k in fns})
+        return {k: 1e-3 for k in fns}
+
+    monkeypatch.setattr(bench, "_timeit", fake_timeit)
+    rows = bench.main(["--quick", "--no-adam"])
+    assert all(row["memory_probe_spread"] == 2.0 for row in rows)
+    assert "memory probe (16 MB copy, timed in each round): median 1 ms, 2.00x the fastest round: WARNING" in \
+        capsys.readouterr().out
 
 
 def test_bench_compiles_with_the_python_wrapper_when_asked(monkeypatch):

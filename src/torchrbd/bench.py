@@ -42,9 +42,10 @@ _SPIN_SETTLE_S = 0.05
 _WARM_S = 0.01
 
 
-def _timeit(fns: dict, repeat: int, sync=None, single_threaded=("pinocchio",)) -> dict:
+def _timeit(fns: dict, repeat: int, sync=None, single_threaded=("pinocchio",), spreads=None) -> dict:
     """{key: median wall time per call, s} for the callables ``fns`` (None skipped); a
-    key is a column name or a ``(quantity, column)`` pair.
+    key is a column name or a ``(quantity, column)`` pair. ``spreads``: a dict to fill
+    with {key: median sample / fastest sample}.
 
     Three warm-up calls each; each sample runs one callable enough times in a row to
     last about 5 ms (microsecond calls are timed in steady state), and the samples of
@@ -98,7 +99,38 @@ def _timeit(fns: dict, repeat: int, sync=None, single_threaded=("pinocchio",)) -
         for k, fn in fns.items():
             column = k[-1] if isinstance(k, tuple) else k
             samples[k].append(run(fn, numbers[k], settle if column in single_threaded else 0.0))
+    if spreads is not None:
+        spreads.update({k: statistics.median(v) / min(v) for k, v in samples.items()})
     return {k: statistics.median(v) for k, v in samples.items()}
+
+
+PROBE_MB = 16
+PROBE_KEY = ("memory probe", "probe")
+NOISY_SPREAD = 1.3
+
+
+def memory_probe(device) -> callable:
+    """A callable copying ``PROBE_MB`` MB from one tensor into another (torch's threads):
+    timed in each round beside the quantities, it shows whether the machine's memory
+    bandwidth held steady through the run. On this shared 2-core machine it often does
+    not: in noisy minutes a 16 MB copy took 0.44-1.7 ms (0.44 in quiet ones), and iCub's
+    mass matrix at B = 1024 2.8-6.0 ms with it (3.1 quiet; torchrbd's batched sweeps
+    move megabytes per call), while Pinocchio's loop, which stays in cache, kept its
+    3.8 ms or slowed less: torchrbd's ratios then rise with no change of code."""
+    src = torch.ones(PROBE_MB * 2**20 // 8, dtype=torch.float64, device=device)
+    dst = torch.empty_like(src)
+    return lambda: dst.copy_(src)
+
+
+def probe_line(median: float, spread: float) -> str:
+    """The line printed under a batch size's table about the memory probe."""
+    head = (f"memory probe ({PROBE_MB} MB copy, timed in each round): median {_fmt(median)}, "
+            f"{spread:.2f}x the fastest round")
+    if spread < NOISY_SPREAD:
+        return head + ": memory bandwidth steady through the run."
+    return (head + ": WARNING: memory bandwidth varied during this run (other work on this machine?). "
+            "torchrbd's batched times move megabytes per call and rise with it; Pinocchio's loop stays "
+            "in cache and slows less: the ratios above may be too high. Rerun when the machine is quiet.")
 
 
 def inputs(n: int, B: int, dtype, device="cpu"):
@@ -281,14 +313,18 @@ def main(argv=None) -> list:
         print(sep)
         columns = {"torchrbd": ours, "pinocchio": pin_cases or {}, "compiled": comp, "float32": f32,
                    "compiled float32": comp32}
-        times = _timeit({(name, col): fns.get(name) for name in ours for col, fns in columns.items()}, args.repeat, sync)
+        calls = {(name, col): fns.get(name) for name in ours for col, fns in columns.items()}
+        if device.type == "cpu":
+            calls[PROBE_KEY] = memory_probe(device)
+        spreads = {}
+        times = _timeit(calls, args.repeat, sync, spreads=spreads)
         for name in ours:
             # adam is 10-100x slower: fewer samples of it, on their own
             ta = _timeit({"adam": adam[name]}, max(1, args.repeat // 3), sync)["adam"] if adam and name in adam else None
             t, tp, tc, t32, tc32 = (times.get((name, col))
                                     for col in ("torchrbd", "pinocchio", "compiled", "float32", "compiled float32"))
             row = dict(batch=B, quantity=name, pinocchio=tp, torchrbd=t, compiled=tc, float32=t32,
-                       compiled_float32=tc32, adam=ta)
+                       compiled_float32=tc32, adam=ta, memory_probe_spread=spreads.get(PROBE_KEY))
             rows.append(row)
             line = f"| {name} | {_fmt(tp)} | {_fmt(t)} | {B / t:,.0f} | {f'{t / tp:.2f}x' if tp else '-'} |"
             if comp:
@@ -299,6 +335,8 @@ def main(argv=None) -> list:
                 line += f" {_fmt(tc32)} | {f'{tc32 / tp:.2f}x' if tp else '-'} | {tc / tc32:.2f}x |"
             line += f" {_fmt(ta)} | {f'{ta / t:.0f}x' if ta else '-'} |"
             print(line)
+        if PROBE_KEY in times:
+            print("\n" + probe_line(times[PROBE_KEY], spreads[PROBE_KEY]))
     print("\nratio = torchrbd time / Pinocchio time (below 1 means torchrbd is faster); "
           "configs/s = batch size / torchrbd time.")
     return rows
