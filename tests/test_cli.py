@@ -322,13 +322,16 @@ def test_bench_reports_the_spread_of_each_callables_samples(monkeypatch):
 
 def test_bench_warns_when_the_memory_probe_was_unsteady():
     """The line under each table says whether the memory probe (a 16 MB copy timed in
-    each round) held steady, and warns when its median round is well above its fastest."""
+    each round) held steady, and warns when its median round is well above its fastest
+    and the batch is large enough for torchrbd's data to leave the caches."""
     from torchrbd import bench
 
-    steady = bench.probe_line(0.5e-3, 1.1)
+    steady = bench.probe_line(0.5e-3, 1.1, 1024)
     assert "0.5 ms" in steady and "1.10x" in steady and "WARNING" not in steady
-    noisy = bench.probe_line(0.8e-3, bench.NOISY_SPREAD + 0.1)
+    noisy = bench.probe_line(0.8e-3, bench.NOISY_SPREAD + 0.1, 1024)
     assert "WARNING" in noisy and "ratios above may be too high" in noisy
+    small = bench.probe_line(0.8e-3, bench.NOISY_SPREAD + 0.1, bench.PROBE_WARNS_FROM - 1)
+    assert "varied" in small and "WARNING" not in small
 
 
 def test_bench_times_the_memory_probe_on_cpu(monkeypatch, capsys):
@@ -341,6 +344,7 @@ def test_bench_times_the_memory_probe_on_cpu(monkeypatch, capsys):
         return {k: 1e-3 for k in fns}
 
     monkeypatch.setattr(bench, "_timeit", fake_timeit)
+    monkeypatch.setattr(bench, "PROBE_WARNS_FROM", 8)  # --quick: B = 8
     rows = bench.main(["--quick", "--no-adam"])
     assert all(row["memory_probe_spread"] == 2.0 for row in rows)
     assert "memory probe (16 MB copy, timed in each round): median 1 ms, 2.00x the fastest round: WARNING" in \
