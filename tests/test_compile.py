@@ -380,6 +380,31 @@ def test_compiled_code_reads_the_model_constants_instead_of_rebuilding_them():
             assert constant is not None and any(x is constant for x in inputs), name
 
 
+def test_compiled_frame_kinematics_of_a_long_batch_reads_the_frames_constants():
+    """A frame's chain's group coefficients (the long-batch ``forward_kinematics``, the
+    frame's placement folded in) are made before tracing, for every frame, so that the graph
+    takes them as inputs instead of making them in every call: for ``kd.compiled()`` and
+    for a fresh instance's method compiled directly. The results stay the eager ones."""
+    inputs = []
+
+    def capture(gm, example_inputs):
+        inputs.extend(example_inputs)
+        return gm.forward
+
+    eager = torchrbd.models.load("quadruped")
+    H, q, *_ = _inputs(eager, B=DENSE_BELOW)
+    fresh = torchrbd.models.load("quadruped")
+    fresh.forward_kinematics = torch.compile(fresh.forward_kinematics, backend=capture)
+    for kc in (torchrbd.models.load("quadruped").compiled(backend=capture), fresh):
+        for frame in ("FL_foot", "RR_foot"):
+            torch._dynamo.reset()
+            inputs.clear()
+            torch.testing.assert_close(kc.forward_kinematics(frame, H, q), eager.forward_kinematics(frame, H, q))
+            cached = kc._model_for(torch.float64, "cpu").__dict__
+            coefficients = cached.get("_chain_group_coefficients", {}).get(frame)  # the placement folded in
+            assert coefficients is not None and any(x is coefficients for x in inputs), frame
+
+
 def test_compiled_aba_of_a_small_batch_compiles_quietly_and_either_wrapper_agrees():
     """On CPU the compiled copy runs inductor's wrapper in C++; LAPACK's Cholesky of a
     small batch then goes through inductor's proxy executor, whose note is not shown.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..model.model import Model
 from .inertia import pseudo_inertias
-from .kinematics import _axis_terms, _joint_pose_matrix
+from .kinematics import _axis_terms, _joint_pose_matrix, prepare_frames
 from .rnea import gravity_twist
 from .topology import chain, topology
 from .tree_cholesky import tree_plan
@@ -28,9 +28,9 @@ def prepare(model: Model) -> Model:
     _joint_pose_matrix(model, homogeneous=True)
     _axis_terms(model)
     gravity_twist(model)
-    model.frame(model.link_names[0])  # the link-name index
     for body in range(model.nbody):
         chain(model, body)
+    prepare_frames(model)  # and the frame lookups
     for floating in (True, False):
         tree_plan(model, floating)
     return model
