@@ -117,7 +117,9 @@ def memory_probe(device) -> callable:
     not: in noisy minutes a 16 MB copy took 0.44-1.7 ms (0.44 in quiet ones), and iCub's
     mass matrix at B = 1024 2.8-6.0 ms with it (3.1 quiet; torchrbd's batched sweeps
     move megabytes per call), while Pinocchio's loop, which stays in cache, kept its
-    3.8 ms or slowed less: torchrbd's ratios then rise with no change of code."""
+    3.8 ms or slowed less: torchrbd's ratios then rise with no change of code. A steady
+    probe does not prove a quiet run: some slow phases of torchrbd leave the copy's time
+    alone (see BENCHMARKS.md)."""
     src = torch.ones(PROBE_MB * 2**20 // 8, dtype=torch.float64, device=device)
     dst = torch.empty_like(src)
     return lambda: dst.copy_(src)
