@@ -186,10 +186,12 @@ def const_matmul(A: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
 def const_lmatmul(C: torch.Tensor, x: torch.Tensor, fuse: bool = True) -> torch.Tensor:
     """(k, r, t) @ (k, t, B) -> (k, r, B) for a left factor ``C`` without a batch: one
     batched matrix product in eager, a fused multiply-sum when compiled (see
-    :func:`const_matmul`) unless ``fuse`` is False. A frame's chain passes False: its
+    :func:`const_matmul`) unless ``fuse`` is False. A frame's products pass False: its
     compiled methods store every intermediate (``KinDynComputations._SHORT_CHAINS``),
     which would store the multiply-sum's whole product first (iCub, B = 1024, compiled
-    A/B: forward kinematics 0.76x, Jacobian 0.94x the time with the library product)."""
+    A/B: forward kinematics 0.76x, Jacobian 0.94x the time with the library product;
+    the Jacobian's local transforms have since taken one multiply-add per term, see
+    :func:`~.kinematics._local_transforms`)."""
     if torch.compiler.is_compiling() and fuse:
         return (C[..., None] * x[:, None]).sum(2)
     return torch.bmm(C, x)
