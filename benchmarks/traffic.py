@@ -34,20 +34,17 @@ WRAPPERS = {"call_in_inference_mode"}
 """Frames between a public method's wrapper and the method, skipped (like the chunking's)."""
 
 
-def _nbytes(x) -> int:
-    if isinstance(x, torch.Tensor):
-        return x.numel() * x.element_size()
-    if isinstance(x, (list, tuple)):
-        return sum(_nbytes(y) for y in x)
-    return 0
-
-
 def _tensors(x) -> list:
+    """The tensors in ``x``: a tensor, or lists and tuples of them (others skipped)."""
     if isinstance(x, torch.Tensor):
         return [x]
     if isinstance(x, (list, tuple)):
         return [t for y in x for t in _tensors(y)]
     return []
+
+
+def _nbytes(x) -> int:
+    return sum(t.numel() * t.element_size() for t in _tensors(x))
 
 
 def _moves_nothing(func, args, out) -> bool:
