@@ -405,6 +405,45 @@ def test_compiled_frame_kinematics_of_a_long_batch_reads_the_frames_constants():
             assert coefficients is not None and any(x is coefficients for x in inputs), frame
 
 
+def test_compiled_copy_converts_the_model_for_a_new_dtype_before_tracing():
+    """Float32 inputs to a compiled float64 instance: the float32 model is converted and
+    its constants made before the graph is traced, so that the graph takes them as inputs
+    (made while tracing, they could not be kept, and each call would convert the model and
+    rebuild them). The results stay the eager ones."""
+    inputs = []
+
+    def capture(gm, example_inputs):
+        inputs.extend(example_inputs)
+        return gm.forward
+
+    eager = torchrbd.models.load("quadruped")
+    kc = torchrbd.models.load("quadruped").compiled(backend=capture)
+    H, q, *_ = (x.float() for x in _inputs(eager, B=DENSE_BELOW))
+    torch._dynamo.reset()
+    torch.testing.assert_close(kc.forward_kinematics("FL_foot", H, q), eager.forward_kinematics("FL_foot", H, q))
+    coefficients = kc._model_for(torch.float32, "cpu").__dict__.get("_chain_group_coefficients", {}).get("FL_foot")
+    assert coefficients is not None and coefficients.dtype == torch.float32
+    assert any(x is coefficients for x in inputs)
+
+
+def test_compiled_copy_serves_each_dtype_after_eager_calls_in_both():
+    """A compiled copy of an instance that already holds models of two dtypes (eager
+    calls in float32 made the second) traces in either: dynamo once failed to name a
+    model kept under a dtype key (an internal NameError)."""
+    kd = torchrbd.models.load("quadruped")
+    H, q, nu, qd, tau = _inputs(kd, B=4)
+    kd.jacobian("FL_foot", H.float(), q.float())
+    kc = kd.compiled(backend="eager")
+    torch._dynamo.reset()
+    for dtype in (torch.float32, torch.float64):
+        a = [x.to(dtype) for x in (H, q, nu, qd, tau)]
+        torch.testing.assert_close(kc.jacobian("FL_foot", *a[:2]), kd.jacobian("FL_foot", *a[:2]))
+        torch.testing.assert_close(kc.forward_kinematics("FL_foot", *a[:2]), kd.forward_kinematics("FL_foot", *a[:2]))
+        # (compiled and eager aba take different paths, which round differently in float32)
+        tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else {}
+        torch.testing.assert_close(kc.aba(*a), kd.aba(*a), **tol)
+
+
 def test_compiled_aba_of_a_small_batch_compiles_quietly_and_either_wrapper_agrees():
     """On CPU the compiled copy runs inductor's wrapper in C++; LAPACK's Cholesky of a
     small batch then goes through inductor's proxy executor, whose note is not shown.
