@@ -405,11 +405,11 @@ def test_compiled_frame_kinematics_of_a_long_batch_reads_the_frames_constants():
             assert coefficients is not None and any(x is coefficients for x in inputs), frame
 
 
-def test_compiled_copy_converts_the_model_for_a_new_dtype_before_tracing():
-    """Float32 inputs to a compiled float64 instance: the float32 model is converted and
-    its constants made before the graph is traced, so that the graph takes them as inputs
-    (made while tracing, they could not be kept, and each call would convert the model and
-    rebuild them). The results stay the eager ones."""
+def test_compiled_copy_holds_the_model_in_both_float_dtypes_before_tracing():
+    """Float32 inputs to a compiled float64 instance: the copy converted the model to
+    float32 and made its constants when it was made, so that the graph takes them as
+    inputs (made while tracing, they could not be kept, and each call would convert the
+    model and rebuild them). The results stay the eager ones."""
     inputs = []
 
     def capture(gm, example_inputs):

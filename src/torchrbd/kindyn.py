@@ -66,23 +66,6 @@ def _with_own_code(method):
     return types.MethodType(_own_code(method.__func__), method.__self__)
 
 
-def _models_made_first(kd, compiled):
-    """The compiled method ``compiled`` of ``kd``, called after ``kd`` has converted and
-    prepared its model for the dtype and device of the call's first tensor argument
-    (:meth:`KinDynComputations._make_model`). A model first converted while tracing
-    cannot be kept (see ``_model_for``): the graph would convert it and rebuild its
-    constants in every call. iCub at B = 1024, float32 inputs to a compiled float64
-    instance: forward kinematics took 1.9x the time of a float32 instance, the Jacobian
-    1.44x, the bias force 1.25x."""
-    @functools.wraps(compiled)
-    def call(*args, **kwargs):
-        ref = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
-        if ref is not None and ref.is_floating_point():
-            kd._make_model(ref.dtype, ref.device)
-        return compiled(*args, **kwargs)
-    return call
-
-
 def _inference(method):
     """Decorator of a public method: an eager call that needs no gradient runs under
     ``torch.inference_mode`` and returns normal tensors (see :mod:`torchrbd.inference`)."""
@@ -215,7 +198,7 @@ class KinDynComputations:
                 options = {**self._CPU_OPTIONS, **self._CPU_SWEEPS.get(name, {})} if cpu else {}
                 options.update(self._SHORT_CHAINS.get(name, {}), guard_filter_fn=_non_global_guards)
                 kwargs["options"] = {**options, **kwargs.get("options", {})}
-            setattr(other, name, _models_made_first(other, torch.compile(_with_own_code(getattr(other, name)), **kwargs)))
+            setattr(other, name, torch.compile(_with_own_code(getattr(other, name)), **kwargs))
         return other
 
     # ----------------------------------------------------------- constructors
@@ -246,8 +229,13 @@ class KinDynComputations:
         """Convert the model to the default dtype and device now and compute every
         derived constant of the models converted so far (:func:`~torchrbd.algorithms.prepare`):
         compiled code then reads them instead of rebuilding them in each call (a
-        conversion made while tracing cannot be stored)."""
-        for model in (*self._cache.values(), self._model_for(self._dtype, self._device)):
+        conversion made while tracing cannot be stored). A compiled copy also converts
+        the model to the other floating dtype (float32 or float64) on its device: float32
+        inputs to a compiled float64 copy otherwise converted the model and rebuilt its
+        constants in each call (iCub, B = 1024: forward kinematics 1.9x, the Jacobian
+        1.44x, the bias force 1.25x the time of a float32 copy)."""
+        dtypes = [self._dtype] + ([torch.float32, torch.float64] if self._compiled else [])
+        for model in (*self._cache.values(), *(self._model_for(d, self._device) for d in dtypes)):
             alg.prepare(model)
 
     @property
@@ -326,14 +314,6 @@ class KinDynComputations:
         self._set_model(self._model.replace(**changes))
 
     # ------------------------------------------------------------- plumbing
-    def _make_model(self, dtype, device) -> None:
-        """Convert the model to ``dtype`` and ``device`` now (a compiled copy also computes
-        its derived constants, see ``_model_for``), unless it is kept already or cannot be
-        kept (parameters that need grad)."""
-        if (str(dtype), str(device)) not in self._cache and not any(
-                getattr(self._model, f).requires_grad for f in self._model.tensor_fields()):
-            self._model_for(dtype, device)
-
     def _model_for(self, dtype, device) -> Model:
         key = (str(dtype), str(device))  # (strings: dynamo could not name a dict entry keyed by a dtype)
         if key not in self._cache:
