@@ -76,10 +76,12 @@ def cases(kd, frame: str, B: int, dtype) -> dict:
         "J": nograd(lambda: kd.jacobian(frame, H, q)),
         "FK": nograd(lambda: kd.forward_kinematics(frame, H, q)),
         "CMM": nograd(lambda: kd.centroidal_momentum_matrix(H, q)),
+        "G": nograd(lambda: kd.gravity_term(H, q)),
         "fb": aba_fwd_bwd,
         "Mfb": fwd_bwd(lambda x: kd.mass_matrix(H, x)),
         "hfb": fwd_bwd(lambda x: kd.bias_force(H, x, nu, qd)),
         "Jfb": fwd_bwd(lambda x: kd.jacobian(frame, H, x)),
+        "Gfb": fwd_bwd(lambda x: kd.gravity_term(H, x)),
     }
 
 
@@ -100,7 +102,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--calls", type=int, default=10, help="calls per sample (a third of it for forward+backward)")
-    ap.add_argument("--only", default=None, help="comma-separated subset of M,h,aba,J,FK,CMM,fb,Mfb,hfb,Jfb")
+    ap.add_argument("--only", default=None, help="comma-separated subset of M,h,aba,J,FK,CMM,G,fb,Mfb,hfb,Jfb,Gfb")
     ap.add_argument("--compile", action="store_true", help="time both versions' compiled copies (kd.compiled())")
     args = ap.parse_args(argv)
     if args.threads:

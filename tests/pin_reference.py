@@ -151,8 +151,10 @@ class PinRobot:
         a_base = np.linalg.solve(self.K(rep, H), nud) + self.Kinv_dot(rep, H, v_ours[:6]) @ nu
         a = P @ np.concatenate([a_base, qdd])
         g = self.model.gravity.linear.copy()
-        if not gravity:
+        if gravity is False:
             self.model.gravity.linear = np.zeros(3)
+        elif gravity is not True:  # a gravity vector of its own
+            self.model.gravity.linear = np.asarray(gravity, dtype=float)
         tau = pin.rnea(self.model, self.data, q, v, a)
         self.model.gravity.linear = g
         Kinv = np.linalg.inv(self.full_K(rep, H))

@@ -239,7 +239,7 @@ def test_bench_samples_all_quantities_round_by_round(monkeypatch):
     monkeypatch.setattr(bench, "_timeit", fake_timeit)
     rows = bench.main(["--quick", "--no-adam", "--dtype", "both"])
     quantities = [row["quantity"] for row in rows]
-    assert len(seen) == 1 and len(quantities) == 6
+    assert len(seen) == 1 and len(quantities) == 7
     expected = [(q, col) for q in quantities for col in ("torchrbd", "pinocchio", "float32")] + [bench.PROBE_KEY]
     assert seen[0] == sorted(expected)
 

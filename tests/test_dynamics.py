@@ -39,6 +39,28 @@ def test_bias_coriolis_gravity(robot, rng, rep):
 
 
 @pytest.mark.parametrize("rep", REPRESENTATIONS, ids=REP_IDS)
+def test_gravity_of_a_long_batch_and_a_tilted_gravity(robot, rng, rep):
+    """G(q) from the subtrees' first moments (not a Newton-Euler pass) on a long batch,
+    whose cross products take the per-component path, and under a gravity that is not
+    vertical: Pinocchio's RNEA at rest with the same gravity."""
+    kd = robot.kd
+    kd.set_frame_velocity_representation(rep)
+    Hs, q, _, _ = sample(robot, rng, DENSE_BELOW)
+    z6, zn = np.zeros(6), np.zeros(robot.n)
+    g = np.array([1.5, -2.0, -9.0])
+    before = kd.gravity.clone()
+    try:
+        G = kd.gravity_term(torch.tensor(Hs), torch.tensor(q))
+        kd.gravity = torch.tensor(g)
+        Gt = kd.gravity_term(torch.tensor(Hs), torch.tensor(q))
+    finally:
+        kd.gravity = before
+    for b in (0, DENSE_BELOW // 2, DENSE_BELOW - 1):
+        close(G[b], robot.pin.rnea(rep, Hs[b], q[b], z6, zn, z6, zn))
+        close(Gt[b], robot.pin.rnea(rep, Hs[b], q[b], z6, zn, z6, zn, gravity=g))
+
+
+@pytest.mark.parametrize("rep", REPRESENTATIONS, ids=REP_IDS)
 def test_rnea_and_aba(robot, rng, rep):
     robot.kd.set_frame_velocity_representation(rep)
     Hs, q, nu, qd = sample(robot, rng, 2)

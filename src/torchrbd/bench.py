@@ -179,6 +179,7 @@ def torchrbd_cases(path, joints, frame, B, dtype, device, compile_=False, python
     return {
         "mass_matrix": nograd(lambda: kd.mass_matrix(H, q)),
         "bias_force": nograd(lambda: kd.bias_force(H, q, nu, qd)),
+        "gravity_term": nograd(lambda: kd.gravity_term(H, q)),
         "aba": nograd(lambda: kd.aba(H, q, nu, qd, tau)),
         f"jacobian({frame})": nograd(lambda: kd.jacobian(frame, H, q)),
         f"forward_kinematics({frame})": nograd(lambda: kd.forward_kinematics(frame, H, q)),
@@ -213,6 +214,7 @@ def pinocchio_cases(path, joints, frame, B):
     return {
         "mass_matrix": loop(lambda i: pin.crba(model, data, qs[i])),
         "bias_force": loop(lambda i: pin.nonLinearEffects(model, data, qs[i], vs[i])),
+        "gravity_term": loop(lambda i: pin.computeGeneralizedGravity(model, data, qs[i])),
         "aba": loop(lambda i: pin.aba(model, data, qs[i], vs[i], ts[i])),
         f"jacobian({frame})": loop(
             lambda i: pin.computeFrameJacobian(model, data, qs[i], fid, pin.LOCAL_WORLD_ALIGNED)
@@ -236,6 +238,7 @@ def adam_cases(path, joints, frame, B, dtype):
     return {
         "mass_matrix": lambda: kd.mass_matrix(H, q),
         "bias_force": lambda: kd.bias_force(H, q, nu, qd),
+        "gravity_term": lambda: kd.gravity_term(H, q),
         "aba": lambda: kd.aba(H, q, nu, qd, tau),
         f"jacobian({frame})": lambda: kd.jacobian(frame, H, q),
         f"forward_kinematics({frame})": lambda: kd.forward_kinematics(frame, H, q),

@@ -665,12 +665,14 @@ class KinDynComputations:
     @_inference
     @_tree_sweep
     def gravity_term(self, base_transform, joint_positions) -> torch.Tensor:
-        """(..., 6+n) G(q)."""
+        """(..., 6+n) G(q): from the subtrees' first moments (``algorithms.generalized_gravity``),
+        not a Newton-Euler pass at rest."""
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
         kin, R, p = self._state(model, a)
-        q = self._bl(a["joint_positions"])
-        z6 = torch.zeros(6, q.shape[-1], dtype=q.dtype, device=q.device)
-        return self._out(self._rnea(model, kin, R, p, z6, torch.zeros_like(q)), bs)
+        G = alg.generalized_gravity(model, kin)
+        if self._rep != rep_.MIXED:  # (MIXED: T = 1, the base rows as they are)
+            G = torch.cat([rep_.rows_times_T(self._rep, G[None, :6], R, p)[0], G[6:]], 0)
+        return self._out(G, bs)
 
     @_inference
     @_tree_sweep

@@ -7,7 +7,7 @@ turns everything back to the batch-first user layout.
 """
 
 from .crba import assemble, mass_matrix_top
-from .inertia import SpatialInertia, body_parameters, center_of_mass, world_inertias
+from .inertia import SpatialInertia, body_parameters, center_of_mass, world_first_moments, world_inertias
 from .jacobians import chain_column_rates, chain_columns
 from .kinematics import (
     Kinematics, body_poses, chain_forward, chain_rows, dof_subspaces, forward, frame_pose, frame_transforms,
@@ -15,12 +15,13 @@ from .kinematics import (
 )
 from .prepare import prepare
 from .representation import Representations
-from .rnea import body_velocities, gravity_twist, rnea_mixed
+from .rnea import body_velocities, generalized_gravity, gravity_twist, rnea_mixed
 from .topology import Topology, topology
 
 __all__ = [
-    "Kinematics", "Representations", "SpatialInertia", "Topology", "body_parameters", "body_poses",
-    "body_velocities", "center_of_mass", "chain_column_rates", "chain_columns", "chain_forward", "chain_rows",
-    "dof_subspaces", "forward", "frame_pose", "frame_transforms", "gravity_twist", "link_poses", "mass_matrix_top",
-    "motion_subspaces", "assemble", "per_body", "prepare", "rnea_mixed", "topology", "world_inertias",
+    "assemble", "body_parameters", "body_poses", "body_velocities", "center_of_mass", "chain_column_rates",
+    "chain_columns", "chain_forward", "chain_rows", "dof_subspaces", "forward", "frame_pose", "frame_transforms",
+    "generalized_gravity", "gravity_twist", "Kinematics", "link_poses", "mass_matrix_top", "motion_subspaces",
+    "per_body", "prepare", "Representations", "rnea_mixed", "SpatialInertia", "Topology", "topology",
+    "world_first_moments", "world_inertias",
 ]

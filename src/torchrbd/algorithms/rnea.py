@@ -13,10 +13,10 @@ import torch
 from ..inference import tensor_cache
 from .batchlast import (
     DENSE_BELOW, cross, cross_add_, cross_sum, dense_products, dense_t_times, dense_times, halves, has_tangent,
-    pair, plain, with_rules, writes_into_buffers,
+    mask_sum, pair, plain, with_rules, writes_into_buffers,
 )
-from .inertia import SpatialInertia
-from .kinematics import Kinematics, per_body
+from .inertia import SpatialInertia, body_parameters, world_first_moments
+from .kinematics import Kinematics, dof_subspaces, per_body
 from .topology import model_cached, topology
 from .tree_sums import subtree_sums, support_sums
 
@@ -56,6 +56,22 @@ def gravity_twist(model) -> torch.Tensor:
         g = model.gravity
         return torch.cat([g, torch.zeros_like(g)])[:, None]
     return model_cached(model, "_gravity_twist", make, depends_on=(model.gravity,))
+
+
+def generalized_gravity(model, kin: Kinematics) -> torch.Tensor:
+    """(6+n, B) the generalized gravity force G(q) from whole-tree kinematics (:func:`~.kinematics.forward`):
+    base rows the wrench about O (world axes), then the joints. At rest every body's
+    spatial acceleration is ``[a; 0]``, ``a = -g``, so body i needs the wrench ``[m_i a;
+    h_i x a]`` (``h_i = m_i c_i``, its world first moment about O), and coordinate k
+    carries their sum over its subtree, ``[M_k a; H_k x a]``, projected on its motion
+    subspace: one subtree sum of the first moments, where the Newton-Euler pass with
+    zero velocities also makes twists, accelerations and the bodies' rotational inertias."""
+    topo = topology(model)
+    a = -gravity_twist(model)[:3]  # (3, 1)
+    H = mask_sum(topo.subtrees, world_first_moments(model, kin))  # (1+n, 3, B): the robot, then the subtrees
+    M = topo.subtrees @ body_parameters(model)[0]  # (1+n,)
+    W = torch.cat([(M[:, None] * a.t())[..., None].expand(H.shape), cross(H, a[None])], 1)  # (1+n, 6, B)
+    return torch.cat([W[0], (dof_subspaces(model, kin) * W[1:]).sum(1)])
 
 
 def body_velocities(model, kin: Kinematics, V0, qd):
