@@ -398,12 +398,13 @@ class KinDynComputations:
         """Forward kinematics of the flattened inputs with the base placed at the origin
         (see :mod:`torchrbd.algorithms.representation`: positions in ``kin`` are relative
         to the base). Returns (kin, base R (3, 3, B), base position pB (3, B)).
+        ``subspaces`` False: no motion subspaces (``kin.S`` None, or unused for a frame).
         With ``frame``, only the bodies from the base to that frame's body
         (:func:`~torchrbd.algorithms.chain_forward`, which takes ``subspaces`` and ``every``)."""
         Hb = a["base_transform"][:, :3].permute(1, 2, 0).contiguous()  # (3, 4, B): one transposing copy
         R, pB = Hb[:, :3], Hb[:, 3]
         if frame is None:
-            return alg.forward(model, R, torch.zeros_like(pB), self._bl(a["joint_positions"])), R, pB
+            return alg.forward(model, R, torch.zeros_like(pB), self._bl(a["joint_positions"]), subspaces), R, pB
         body = model.frame(frame)[0]
         # a transposed view: the chain gathers its own coordinates' rows, batch-last, in one copy
         q = a["joint_positions"].transpose(0, 1)
@@ -432,7 +433,7 @@ class KinDynComputations:
     def link_poses(self, base_transform, joint_positions) -> torch.Tensor:
         """world_H_link (..., nlink, 4, 4) for every link, in ``model.link_names`` order."""
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
-        kin, _, pB = self._state(model, a)
+        kin, _, pB = self._state(model, a, subspaces=False)
         R, r = alg.link_poses(model, kin)
         H = homogeneous(to_batch_first(R), to_batch_first(r + pB))
         return H.reshape(*bs, model.nlink, 4, 4)
@@ -518,7 +519,7 @@ class KinDynComputations:
     def CoM_position(self, base_transform, joint_positions) -> torch.Tensor:
         """(..., 3) centre of mass in the world frame."""
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
-        kin, _, pB = self._state(model, a)
+        kin, _, pB = self._state(model, a, subspaces=False)
         com, _ = alg.center_of_mass(model, kin.R, kin.p)
         return self._out(com + pB, bs)
 

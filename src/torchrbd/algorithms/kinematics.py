@@ -35,7 +35,7 @@ class Kinematics:
 
     R: torch.Tensor
     p: torch.Tensor
-    S: torch.Tensor
+    S: torch.Tensor | None  # None when forward() was told not to make them
     chain: Chain | None = None  # set by chain_forward: rows for these bodies only
     S_dof: torch.Tensor | None = None
     X: torch.Tensor | None = None
@@ -445,10 +445,14 @@ def chain_rows(model: Model, kin: Kinematics, body: int) -> Kinematics:
     return Kinematics(kin.R[path.bodies], kin.p[path.bodies], kin.S[path.bodies], path)
 
 
-def forward(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: torch.Tensor) -> Kinematics:
+def forward(model: Model, base_R: torch.Tensor, base_p: torch.Tensor, q: torch.Tensor,
+            subspaces: bool = True) -> Kinematics:
+    """Whole-tree kinematics: the bodies' poses, and their motion subspaces unless
+    ``subspaces`` is False (``S`` None: what needs poses only, CoM and link poses, skips
+    their products)."""
     X = body_pose_rows(model, base_R, base_p, q)
     R, p = _split_pose_rows(X)
-    return Kinematics(R=R, p=p, S=motion_subspaces(model, R, p), X=X)
+    return Kinematics(R=R, p=p, S=motion_subspaces(model, R, p) if subspaces else None, X=X)
 
 
 def dof_subspaces(model: Model, kin: Kinematics) -> torch.Tensor:
