@@ -520,7 +520,7 @@ class KinDynComputations:
         """(..., 3) centre of mass in the world frame."""
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
         kin, _, pB = self._state(model, a, subspaces=False)
-        com, _ = alg.center_of_mass(model, kin.R, kin.p)
+        com, _ = alg.center_of_mass(model, kin)
         return self._out(com + pB, bs)
 
     @_inference
@@ -565,7 +565,7 @@ class KinDynComputations:
         (MIXED, INERTIAL) or base axes (BODY_FIXED)."""
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
         kin, R, p = self._state(model, a)
-        com, _ = alg.center_of_mass(model, kin.R, kin.p)
+        com, _ = alg.center_of_mass(model, kin)
         rep = self._rep
         h = self._momentum_rows(model, kin)
         h = rep_.momentum_to_centroidal(rep, h.transpose(0, 1), R, com).transpose(0, 1)

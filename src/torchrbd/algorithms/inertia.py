@@ -259,12 +259,11 @@ class _WorldInertias(torch.autograd.Function):
         return Xbar, None
 
 
-def center_of_mass(model: Model, R: torch.Tensor, p: torch.Tensor):
-    """(3, B) world CoM and the total mass (0-dim tensor)."""
-    m, h, _ = body_parameters(model)
-    hw = (R * h[:, None, :, None]).sum(-2) + m[:, None, None] * p
-    M = m.sum()
-    return hw.sum(0) / M, M
+def center_of_mass(model: Model, kin: Kinematics):
+    """(3, B) the CoM (about O, world axes) of whole-tree kinematics ``kin``, and the
+    total mass (0-dim tensor)."""
+    M = body_parameters(model)[0].sum()
+    return world_first_moments(model, kin).sum(0) / M, M
 
 
 def world_first_moments(model: Model, kin: Kinematics) -> torch.Tensor:
