@@ -78,6 +78,7 @@ def cases(kd, frame: str, B: int, dtype) -> dict:
         "CMM": nograd(lambda: kd.centroidal_momentum_matrix(H, q)),
         "G": nograd(lambda: kd.gravity_term(H, q)),
         "CoM": nograd(lambda: kd.CoM_position(H, q)),
+        "Jcom": nograd(lambda: kd.CoM_jacobian(H, q)),
         "LP": nograd(lambda: kd.link_poses(H, q)),
         "fb": aba_fwd_bwd,
         "Mfb": fwd_bwd(lambda x: kd.mass_matrix(H, x)),
@@ -104,7 +105,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--calls", type=int, default=10, help="calls per sample (a third of it for forward+backward)")
-    ap.add_argument("--only", default=None, help="comma-separated subset of M,h,aba,J,FK,CMM,G,CoM,LP,fb,Mfb,hfb,Jfb,Gfb")
+    ap.add_argument("--only", default=None, help="comma-separated subset of M,h,aba,J,FK,CMM,G,CoM,Jcom,LP,fb,Mfb,hfb,Jfb,Gfb")
     ap.add_argument("--compile", action="store_true", help="time both versions' compiled copies (kd.compiled())")
     args = ap.parse_args(argv)
     if args.threads:

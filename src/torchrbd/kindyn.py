@@ -530,7 +530,7 @@ class KinDynComputations:
         in the chosen representation (as iDynTree and Pinocchio)."""
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
         kin, R, p = self._state(model, a)
-        lin = self._momentum_rows(model, kin)[:3]  # linear momentum = total mass x CoM velocity
+        lin = alg.linear_momentum_rows(model, kin)  # linear momentum = total mass x CoM velocity
         lin = torch.cat([rep_.rows_times_T(self._rep, lin[:, :6], R, p), lin[:, 6:]], 1)
         return self._out(lin / model.link_mass.sum(), bs)
 

@@ -24,7 +24,7 @@ from .batchlast import (
     mv, one_configuration, pair, pieces, plain, with_rules, writes_into_buffers,
 )
 from . import tree_sums
-from .kinematics import Kinematics
+from .kinematics import Kinematics, dof_subspaces
 from .topology import _uncached, model_cached, topology
 
 
@@ -264,6 +264,29 @@ def center_of_mass(model: Model, kin: Kinematics):
     total mass (0-dim tensor)."""
     M = body_parameters(model)[0].sum()
     return world_first_moments(model, kin).sum(0) / M, M
+
+
+def subtree_moments(model: Model, kin: Kinematics):
+    """``(M, H)``: (1+n,) masses and (1+n, 3, B) world first moments about O of the whole
+    robot (row 0) and of the subtree moved by each coordinate (``Topology.subtrees``),
+    from whole-tree kinematics: what gravity and linear momentum need of the inertias."""
+    topo = topology(model)
+    return topo.subtrees @ body_parameters(model)[0], mask_sum(topo.subtrees, world_first_moments(model, kin))
+
+
+def linear_momentum_rows(model: Model, kin: Kinematics) -> torch.Tensor:
+    """(3, 6+n, B) the map from the MIXED generalized velocity to the linear momentum
+    (world axes; the first three rows of :func:`~.crba.mass_matrix_top`'s momentum map):
+    a twist ``[v; w]`` about O moves a subtree's momentum by ``M v + w x H``, so the base
+    block is ``[M 1, -[H]x]`` and coordinate k's column ``M_k v_k + w_k x H_k`` for its
+    motion subspace ``[v_k; w_k]``. Subtree masses and first moments only (no
+    rotational inertias)."""
+    M, H = subtree_moments(model, kin)
+    v, w = halves(dof_subspaces(model, kin))  # (n, 3, B) each
+    joints = M[1:, None, None] * v + cross(w, H[1:])
+    eye = torch.eye(3, dtype=H.dtype, device=H.device)[..., None]
+    base = torch.cat([(M[0] * eye).expand(3, 3, H.shape[-1]), -_skew_bl(H[:1])[0]], 1)  # (3, 6, B)
+    return torch.cat([base, joints.transpose(0, 1)], 1)
 
 
 def world_first_moments(model: Model, kin: Kinematics) -> torch.Tensor:

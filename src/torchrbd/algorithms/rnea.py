@@ -13,9 +13,9 @@ import torch
 from ..inference import tensor_cache
 from .batchlast import (
     DENSE_BELOW, cross, cross_add_, cross_sum, dense_products, dense_t_times, dense_times, halves, has_tangent,
-    mask_sum, pair, plain, with_rules, writes_into_buffers,
+    pair, plain, with_rules, writes_into_buffers,
 )
-from .inertia import SpatialInertia, body_parameters, world_first_moments
+from .inertia import SpatialInertia, subtree_moments
 from .kinematics import Kinematics, dof_subspaces, per_body
 from .topology import model_cached, topology
 from .tree_sums import subtree_sums, support_sums
@@ -66,10 +66,8 @@ def generalized_gravity(model, kin: Kinematics) -> torch.Tensor:
     carries their sum over its subtree, ``[M_k a; H_k x a]``, projected on its motion
     subspace: one subtree sum of the first moments, where the Newton-Euler pass with
     zero velocities also makes twists, accelerations and the bodies' rotational inertias."""
-    topo = topology(model)
     a = -gravity_twist(model)[:3]  # (3, 1)
-    H = mask_sum(topo.subtrees, world_first_moments(model, kin))  # (1+n, 3, B): the robot, then the subtrees
-    M = topo.subtrees @ body_parameters(model)[0]  # (1+n,)
+    M, H = subtree_moments(model, kin)  # (1+n,), (1+n, 3, B): the robot, then the subtrees
     W = torch.cat([(M[:, None] * a.t())[..., None].expand(H.shape), cross(H, a[None])], 1)  # (1+n, 6, B)
     return torch.cat([W[0], (dof_subspaces(model, kin) * W[1:]).sum(1)])
 
