@@ -531,7 +531,7 @@ class KinDynComputations:
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
         kin, R, p = self._state(model, a)
         lin = alg.linear_momentum_rows(model, kin)  # linear momentum = total mass x CoM velocity
-        lin = torch.cat([rep_.rows_times_T(self._rep, lin[:, :6], R, p), lin[:, 6:]], 1)
+        lin = rep_.base_columns_times_T(self._rep, lin, R, p)
         return self._out(lin / model.link_mass.sum(), bs)
 
     # ------------------------------------------------------------- dynamics
@@ -569,7 +569,7 @@ class KinDynComputations:
         rep = self._rep
         h = self._momentum_rows(model, kin)
         h = rep_.momentum_to_centroidal(rep, h.transpose(0, 1), R, com).transpose(0, 1)
-        h = torch.cat([rep_.rows_times_T(rep, h[:, :6], R, p), h[:, 6:]], 1)
+        h = rep_.base_columns_times_T(rep, h, R, p)
         return self._out(h, bs)
 
     def _rnea(self, model, kin, R, p, nu, qd, nud=None, qdd=None, *, gravity=True, inertia=None, wrenches=None):
@@ -670,9 +670,7 @@ class KinDynComputations:
         not a Newton-Euler pass at rest."""
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
         kin, R, p = self._state(model, a)
-        G = alg.generalized_gravity(model, kin)
-        if self._rep != rep_.MIXED:  # (MIXED: T = 1, the base rows as they are)
-            G = torch.cat([rep_.rows_times_T(self._rep, G[None, :6], R, p)[0], G[6:]], 0)
+        G = rep_.base_columns_times_T(self._rep, alg.generalized_gravity(model, kin)[None], R, p)[0]
         return self._out(G, bs)
 
     @_inference

@@ -119,6 +119,15 @@ def rows_times_T(rep, A, R, pB):
     return torch.cat([lin, ang + cross(pB, lin)], 1)  # x^T (-[pB]x) = (pB x x)^T
 
 
+def base_columns_times_T(rep, A, R, pB):
+    """``A`` (r, 6+n, B) with its base columns times T (:func:`rows_times_T`) and its
+    joint columns as they are: generalized forces or velocity maps from the internal
+    (MIXED) coordinates to ``rep``'s (returned as it is for MIXED)."""
+    if rep == MIXED:
+        return A
+    return torch.cat([rows_times_T(rep, A[:, :6], R, pB), A[:, 6:]], 1)
+
+
 def rows_times_T_dot(rep, A, R, pB, nu):
     """A Tdot for rows A (r, 6, B) along the base velocity ``nu`` (6, B) in ``rep``."""
     lin, ang = halves(A)
