@@ -273,3 +273,24 @@ def test_batched_matches_mujoco(walker):
         A = walker.A(Hb[:3, :3])
         close(M[b], A.T @ M_mj @ A)
         close(h[b], A.T @ h_mj)
+
+
+def test_long_batch_mass_matrix_with_armature_matches_mujoco(walker):
+    """A batch of ``batchlast.DENSE_BELOW`` without gradients takes the eager
+    mass matrix that works in the bodies' order (``crba.mass_matrix``); the walker's
+    bodies are not in its coordinates' order and its armatures differ, so each lands
+    where MuJoCo has it only if the placement undoes that order."""
+    from torchrbd.algorithms.batchlast import DENSE_BELOW
+
+    order = walker.kd.model.body_dof[1:]
+    assert list(order) != sorted(order)
+    rng = np.random.default_rng(4)
+    states = [walker.random_state(rng) for _ in range(DENSE_BELOW)]
+    H, q = (torch.tensor(np.stack([s[i] for s in states])) for i in (0, 1))
+    with torch.no_grad():
+        M = walker.kd.mass_matrix(H, q)
+    for b in (0, DENSE_BELOW // 2, DENSE_BELOW - 1):
+        Hb, _, qpos, qvel = states[b]
+        M_mj, _, _ = walker.mujoco(qpos, qvel)
+        A = walker.A(Hb[:3, :3])
+        close(M[b], A.T @ M_mj @ A)

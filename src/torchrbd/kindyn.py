@@ -543,11 +543,12 @@ class KinDynComputations:
         return torch.cat([Mbb, F.transpose(0, 1)], 1)
 
     @staticmethod
-    def _mass_matrix(model, kin, R, p, rep):
-        """(B, 6+n, 6+n) M in ``rep`` (batch-first, contiguous), and the world inertias."""
+    def _mass_matrix(model, kin, R, p, rep, keep_inertia=False):
+        """(B, 6+n, 6+n) M in ``rep`` (batch-first, contiguous), and the world inertias
+        (None unless ``keep_inertia``: otherwise the sums may overwrite them)."""
         inertia = alg.world_inertias(model, kin)
-        Mbb, F, S = alg.mass_matrix_top(model, kin, inertia)
-        return alg.assemble(model, Mbb, F, S, T=rep_.base_map(rep, R, p)), inertia
+        M = alg.mass_matrix(model, kin, inertia, T=rep_.base_map(rep, R, p), own_inertia=not keep_inertia)
+        return M, inertia if keep_inertia else None
 
     @_inference
     @_tree_sweep
@@ -651,7 +652,7 @@ class KinDynComputations:
         """``(M, h)`` as :meth:`mass_matrix` and :meth:`bias_force`, sharing one forward
         kinematics (what a simulator step needs)."""
         model, bs, a, kin, R, p = self._velocity_inputs(base_transform, joint_positions, base_velocity, joint_velocities)
-        M, inertia = self._mass_matrix(model, kin, R, p, self._rep)
+        M, inertia = self._mass_matrix(model, kin, R, p, self._rep, keep_inertia=True)
         h = self._rnea(model, kin, R, p, self._bl(a["base_velocity"]), self._bl(a["joint_velocities"]), inertia=inertia)
         return M.reshape(*bs, *M.shape[1:]), self._out(h, bs)
 

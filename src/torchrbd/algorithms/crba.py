@@ -8,6 +8,8 @@ In a velocity representation whose base velocity maps to the internal one by
 ``T`` (see :mod:`.representation`), ``M = [[T^T Mbb T, T^T F^T], [F T, P]]`` with
 ``F`` the coupling rows and ``P[a, b] = S_a . F_b``: :func:`assemble` makes all the
 distinct entries with one batched product and places them with one gather.
+:func:`mass_matrix` does both, or for long eager batches without gradients works on
+the bodies' rows in their own order and leaves the coordinates' order to that gather.
 """
 
 from __future__ import annotations
@@ -15,13 +17,63 @@ from __future__ import annotations
 import torch
 
 from ..inference import result_buffer
-from .inertia import SpatialInertia
+from .inertia import SpatialInertia, subtree_masses
 from .kinematics import Kinematics, dof_subspaces
 from .batchlast import (
     DENSE_BELOW, batch_last_grad, crosswise_empty, crosswise_pad, dense_products, dense_times, gathered_dots, mask_sum,
     matmul, one_configuration, writes_into_buffers,
 )
+from . import tree_sums
 from .topology import topology
+
+
+def mass_matrix(model, kin: Kinematics, inertia: SpatialInertia, T=None, own_inertia: bool = False) -> torch.Tensor:
+    """(B, 6+n, 6+n) the joint-space inertia from whole-tree kinematics and the bodies'
+    world inertias (:func:`~.inertia.world_inertias`), in the representation whose
+    base-velocity map is ``T`` (None: the internal one, MIXED): :func:`mass_matrix_top`
+    then :func:`assemble`, or for long eager batches without gradients in the internal
+    representation :func:`_mass_matrix_by_bodies`. ``own_inertia``: ``inertia`` is the
+    caller's own, not used again (its sums may overwrite it)."""
+    if T is None and _by_bodies(model, kin, inertia):
+        return _mass_matrix_by_bodies(model, kin, inertia, own_inertia)
+    Mbb, F, S = mass_matrix_top(model, kin, inertia)
+    return assemble(model, Mbb, F, S, T)
+
+
+def _by_bodies(model, kin: Kinematics, inertia: SpatialInertia) -> bool:
+    """Whether :func:`_mass_matrix_by_bodies` runs: a long batch (the component-wise
+    products), eager and outside autograd, bodies stored level by level (the sweeps),
+    one body per coordinate besides the base."""
+    return (kin.S is not None and kin.S.shape[-1] >= DENSE_BELOW and model.nbody == model.n + 1
+            and topology(model).unsort is None and writes_into_buffers(kin.S, inertia.h, inertia.J))
+
+
+def _mass_matrix_by_bodies(model, kin: Kinematics, inertia: SpatialInertia, own_inertia: bool) -> torch.Tensor:
+    """:func:`mass_matrix` in the bodies' order: the composite inertias summed by a
+    sweep of the levels (no product with the subtree mask, whose rows are in coordinate
+    order), the coupling columns ``F = Ic S`` of the bodies' own motion subspaces
+    (``kin.S``, no gather into coordinate order) written straight into the distinct
+    entries, and the placing gather (``Topology.mass_matrix_body_place``) reading them in
+    coordinate order. Otherwise as :func:`_assemble_from_entries`."""
+    topo = topology(model)
+    n, B = model.n, kin.S.shape[-1]
+    N, K = 6 + n, topo.mass_matrix_entries.shape[0]
+    masses = subtree_masses(model)[:, None]
+    h, J = (tree_sums.subtree_sums(model, x, in_place=own_inertia) for x in (inertia.h, inertia.J))
+    S = kin.S[1:]  # (n, 6, B) body r + 1's in row r
+    k = 6 * N
+    DT = crosswise_empty(S, K, B)  # (the gather reads across its rows)
+    base = DT[:k].view(6, N, B)
+    base[:, :6].copy_(SpatialInertia(masses[:1], h[:1], J[:1]).matrix()[0])  # the whole robot's
+    F = SpatialInertia(masses[1:], h[1:], J[1:]).apply_out(S, base[:, 6:].transpose(0, 1))  # (n, 6, B)
+    a, b = topo.mass_matrix_body_pairs
+    kp = a.shape[0]
+    P = gathered_dots(S, a, F, b, out=DT[k:k + kp])  # (k', B) S_a . F_b
+    if model.has_armature:  # rotor inertia on the joints' diagonal
+        armature = model.armature.index_select(0, topo.dof_of_body_row)
+        P.index_add_(0, topo.mass_matrix_body_joint_diagonal - k, armature[:, None].expand(n, B))
+    DT[k + kp:].zero_()  # G's zero, where some coordinates are unrelated
+    return _place(DT, topo.mass_matrix_body_place).view(B, N, N)
 
 
 def mass_matrix_top(model, kin: Kinematics, inertia: SpatialInertia):

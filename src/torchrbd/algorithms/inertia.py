@@ -50,6 +50,11 @@ class SpatialInertia:
         y = self._apply(x)
         return y if add_to is None else y + add_to
 
+    def apply_out(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """I x for long batches of twists x (k, 6, B) written into ``out``, a (k, 6, B)
+        view of the caller's buffer (eager, outside autograd, see :meth:`_into`)."""
+        return self._apply_into(x, out, fresh=True)
+
     def matrices(self) -> torch.Tensor:
         """:meth:`matrix`, made on first use and kept on this object (the dense products
         of short batches)."""
@@ -67,13 +72,13 @@ class SpatialInertia:
                 and (add_to is None or add_to.shape == x.shape)
                 and x.dtype == h.dtype == J.dtype == m.dtype and writes_into_buffers(x, h, J))
 
-    def _apply_into(self, x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    def _apply_into(self, x: torch.Tensor, out: torch.Tensor | None, fresh: bool | None = None) -> torch.Tensor:
         """:meth:`apply` written component by component into one buffer (``out`` if
-        given, accumulated): ``[m x_l + x_a x h; J x_a + h x x_l]``, no products made
-        first and then concatenated (about a fifth fewer bytes moved)."""
+        given, accumulated unless ``fresh``): ``[m x_l + x_a x h; J x_a + h x x_l]``, no
+        products made first and then concatenated (about a fifth fewer bytes moved)."""
         xl, xa = halves(x)
-        fresh = out is None
-        out = x.new_empty(x.shape) if fresh else out
+        fresh = out is None if fresh is None else fresh
+        out = x.new_empty(x.shape) if out is None else out
         ol, oa = halves(out)
         m = self.m[:, :, None]  # (k, 1, 1)
         Jc, xc = self.J.unbind(2), xa.split_with_sizes([1, 1, 1], 1)  # J's columns (k, 3, B), x_a's rows (k, 1, B)
@@ -161,6 +166,13 @@ def body_parameters(model: Model):
         Io = torch.zeros(nb, 3, 3, dtype=m_l.dtype, device=m_l.device).index_add(0, lb, I_o)
         return m, h, Io
     return model_cached(model, "_body_parameters", make, depends_on=_link_parameters(model))
+
+
+def subtree_masses(model: Model) -> torch.Tensor:
+    """(nb,) the mass of each body's subtree (row 0: the whole robot's), in body order.
+    Cached like :func:`body_parameters`."""
+    return model_cached(model, "_subtree_masses", lambda: topology(model).ancestor.t() @ body_parameters(model)[0],
+                        depends_on=_link_parameters(model))
 
 
 def _link_parameters(model: Model) -> tuple:

@@ -60,6 +60,12 @@ class Topology:
     * ``mass_matrix_pairs``: (2, k) the coordinates ``(a, b)`` of the entries after
       G's base rows (whose 6 (6+n) entries are all distinct and come first), but G's zero
       (the last entry, where some coordinates are unrelated).
+    * ``mass_matrix_body_pairs`` and ``mass_matrix_body_joint_diagonal``: the same with
+      the coordinates in body order (row r the coordinate of body r + 1), and
+      ``mass_matrix_body_place``: ((6+n)^2,) where each entry of the inertia, in
+      coordinate order, is in that order's distinct entries.
+    * ``dof_of_body_row``: (n,) the coordinate of body r + 1 (the inverse of
+      ``body_of_dof``, less one).
     """
 
     levels: tuple
@@ -77,6 +83,10 @@ class Topology:
     mass_matrix_place: torch.Tensor
     mass_matrix_joint_diagonal: torch.Tensor
     mass_matrix_pairs: torch.Tensor
+    mass_matrix_body_place: torch.Tensor
+    mass_matrix_body_joint_diagonal: torch.Tensor
+    mass_matrix_body_pairs: torch.Tensor
+    dof_of_body_row: torch.Tensor
     ancestor_columns: tuple
     level_children: tuple
     has_revolute: bool
@@ -114,24 +124,14 @@ def _topology(parents: tuple, jtypes: tuple, body_dof: tuple, link_body: tuple, 
             body_of_dof[d] = b
     dof_support = [[anc[body_of_dof[b]][body_of_dof[a]] for b in range(n)] for a in range(n)]
 
+    layout = _mass_matrix_layout(dof_support)
+    # the same layout with the coordinates in body order (row r: body r + 1), its
+    # placement read in coordinate order: where the eager mass matrix works on the
+    # bodies' rows as the tree sweeps leave them (see :func:`~.crba.mass_matrix`)
+    by_body = _mass_matrix_layout([[anc[b + 1][a + 1] for b in range(n)] for a in range(n)])
     N = 6 + n
-    zero = N * N  # the first entry of G's last row, all zeros
-
-    def entry(i, j):
-        if i < 6:
-            return i * N + j
-        if j < 6:
-            return j * N + i
-        a, b = i - 6, j - 6
-        if dof_support[a][b]:
-            return i * N + j
-        if dof_support[b][a]:
-            return j * N + i
-        return zero
-
-    index = [entry(i, j) for i in range(N) for j in range(N)]
-    entries = sorted(set(index))
-    where = {e: k for k, e in enumerate(entries)}
+    row = list(range(6)) + [5 + b for b in body_of_dof]  # a coordinate's row in body order
+    body_place = [by_body["place"][row[i] * N + row[j]] for i in range(N) for j in range(N)]
 
     def long(x):
         return torch.tensor(x, dtype=torch.long, device=device)
@@ -156,17 +156,52 @@ def _topology(parents: tuple, jtypes: tuple, body_dof: tuple, link_body: tuple, 
         link_body=long(list(link_body)),
         subtrees=torch.tensor([[1.0] * nb] + [[anc[k][body_of_dof[a]] for k in range(nb)] for a in range(n)],
                               device=device, dtype=dtype),
-        mass_matrix_index=long(index),
-        mass_matrix_entries=long(entries),
-        mass_matrix_place=long([where[e] for e in index]),
-        mass_matrix_joint_diagonal=long([where[i * N + i] for i in range(6, N)]),
-        mass_matrix_pairs=long([[e // N - 6 for e in entries if 6 * N <= e < zero],
-                                [e % N - 6 for e in entries if 6 * N <= e < zero]]),
+        mass_matrix_index=long(layout["index"]),
+        mass_matrix_entries=long(layout["entries"]),
+        mass_matrix_place=long(layout["place"]),
+        mass_matrix_joint_diagonal=long(layout["joint_diagonal"]),
+        mass_matrix_pairs=long(layout["pairs"]),
+        mass_matrix_body_place=long(body_place),
+        mass_matrix_body_joint_diagonal=long(by_body["joint_diagonal"]),
+        mass_matrix_body_pairs=long(by_body["pairs"]),
+        dof_of_body_row=long([d for d in body_dof if d >= 0]),
         ancestor_columns=_padded_columns(anc, device, dtype),
         level_children=_level_children(parent_pos, device),
         has_revolute=JointType.REVOLUTE in jtypes,
         has_prismatic=JointType.PRISMATIC in jtypes,
     )
+
+
+def _mass_matrix_layout(support: list) -> dict:
+    """The placing indices of :class:`Topology`'s ``mass_matrix_*`` fields (as lists) for
+    coordinates whose support relation is ``support[a][b]`` (1 when coordinate a supports
+    coordinate b): ``index``, ``entries``, ``place``, ``joint_diagonal`` and ``pairs``."""
+    n = len(support)
+    N = 6 + n
+    zero = N * N  # the first entry of G's last row, all zeros
+
+    def entry(i, j):
+        if i < 6:
+            return i * N + j
+        if j < 6:
+            return j * N + i
+        a, b = i - 6, j - 6
+        if support[a][b]:
+            return i * N + j
+        if support[b][a]:
+            return j * N + i
+        return zero
+
+    index = [entry(i, j) for i in range(N) for j in range(N)]
+    entries = sorted(set(index))
+    where = {e: k for k, e in enumerate(entries)}
+    return {
+        "index": index,
+        "entries": entries,
+        "place": [where[e] for e in index],
+        "joint_diagonal": [where[i * N + i] for i in range(6, N)],
+        "pairs": [[e // N - 6 for e in entries if 6 * N <= e < zero], [e % N - 6 for e in entries if 6 * N <= e < zero]],
+    }
 
 
 def _level_children(parent_pos: list, device) -> tuple:
