@@ -242,14 +242,22 @@ def _padded_rows(*parts: torch.Tensor) -> torch.Tensor:
     return DT[:, :B]
 
 
-@torch.library.custom_op(f"{__name__.split('.')[0]}::place_entries", mutates_args=())
-def _place_op(DT: torch.Tensor, place: torch.Tensor) -> torch.Tensor:
-    """:func:`_place` as an operator of its own, which compiled code calls as it is
-    (the library's namespace is the package's, so that a second copy of the package,
-    as ``benchmarks/ab.py`` imports, registers its own)."""
-    return _place(DT, place)
+_OPS = f"{__name__.split('.')[0]}"
+"""The operators' namespace: the package's, so that a second copy of the package, as
+``benchmarks/ab.py`` imports, registers its own."""
+_library = torch.library.Library(_OPS, "FRAGMENT")
+_library.define("place_entries(Tensor DT, Tensor place) -> Tensor")
+_library.impl("place_entries", _place, "CompositeExplicitAutograd")
 
 
-@_place_op.register_fake
+@torch.library.register_fake(f"{_OPS}::place_entries")
 def _(DT, place):
     return DT.new_empty(DT.shape[1], place.shape[0])
+
+
+def _place_op(DT: torch.Tensor, place: torch.Tensor) -> torch.Tensor:
+    """:func:`_place` as an operator of its own (``torchrbd::place_entries``), which
+    compiled code calls as it is. Registered with ``torch.library.Library`` rather than
+    ``torch.library.custom_op``, whose Python wrapper cost about 20 us more per call
+    (eager, a batch of 8: 0.023 against 0.042 ms; :func:`_place` itself 0.017 ms)."""
+    return getattr(torch.ops, _OPS).place_entries(DT, place)
