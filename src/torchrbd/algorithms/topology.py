@@ -128,9 +128,12 @@ def _topology(parents: tuple, jtypes: tuple, body_dof: tuple, link_body: tuple, 
     # the same layout with the coordinates in body order (row r: body r + 1), its
     # placement read in coordinate order: where the eager mass matrix works on the
     # bodies' rows as the tree sweeps leave them (see :func:`~.crba.mass_matrix`)
-    by_body = _mass_matrix_layout([[anc[b + 1][a + 1] for b in range(n)] for a in range(n)])
+    # (with one body per coordinate besides the base, as the model builder makes; other
+    # trees keep the coordinate order here, and the mass matrix does not use it)
+    one_each = nb == n + 1
+    by_body = _mass_matrix_layout([[anc[b + 1][a + 1] for b in range(n)] for a in range(n)]) if one_each else layout
     N = 6 + n
-    row = list(range(6)) + [5 + b for b in body_of_dof]  # a coordinate's row in body order
+    row = list(range(6)) + ([5 + b for b in body_of_dof] if one_each else list(range(6, N)))  # a coordinate's row
     body_place = [by_body["place"][row[i] * N + row[j]] for i in range(N) for j in range(N)]
 
     def long(x):
@@ -164,7 +167,7 @@ def _topology(parents: tuple, jtypes: tuple, body_dof: tuple, link_body: tuple, 
         mass_matrix_body_place=long(body_place),
         mass_matrix_body_joint_diagonal=long(by_body["joint_diagonal"]),
         mass_matrix_body_pairs=long(by_body["pairs"]),
-        dof_of_body_row=long([d for d in body_dof if d >= 0]),
+        dof_of_body_row=long([d for d in body_dof if d >= 0] if one_each else list(range(n))),
         ancestor_columns=_padded_columns(anc, device, dtype),
         level_children=_level_children(parent_pos, device),
         has_revolute=JointType.REVOLUTE in jtypes,
@@ -195,12 +198,13 @@ def _mass_matrix_layout(support: list) -> dict:
     index = [entry(i, j) for i in range(N) for j in range(N)]
     entries = sorted(set(index))
     where = {e: k for k, e in enumerate(entries)}
+    pair_entries = [e for e in entries if 6 * N <= e < zero]  # after G's base rows, but its zero
     return {
         "index": index,
         "entries": entries,
         "place": [where[e] for e in index],
         "joint_diagonal": [where[i * N + i] for i in range(6, N)],
-        "pairs": [[e // N - 6 for e in entries if 6 * N <= e < zero], [e % N - 6 for e in entries if 6 * N <= e < zero]],
+        "pairs": [[e // N - 6 for e in pair_entries], [e % N - 6 for e in pair_entries]],
     }
 
 
