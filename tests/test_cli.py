@@ -1,8 +1,10 @@
 """The ``torchrbd`` command line: every subcommand, through ``torchrbd.cli.main``."""
 
 import os
+import platform
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -171,6 +173,20 @@ def test_bench_quick(capsys):
     assert "mass_matrix" in out and "torchrbd" in out
     code, out, _ = run(capsys, "bench", "--quick", "--no-adam", "--dtype", "both")
     assert code == 0 and "float32 speed-up" in out
+
+
+def test_bench_names_the_machine(capsys):
+    """The header names the architecture and, on Linux, the CPU model from /proc/cpuinfo
+    (``platform.processor()`` is empty there, which left "x86_64 , 2 cores")."""
+    code, out, _ = run(capsys, "bench", "--quick", "--no-adam")
+    line = next(line for line in out.splitlines() if line.startswith("machine: "))
+    described = line[len("machine: "):].split(", ")[0]
+    assert described.startswith(platform.machine()) and not described.endswith(" ")
+    if sys.platform == "linux" and Path("/proc/cpuinfo").is_file():
+        models = [l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
+                  if l.startswith("model name")]
+        if models:
+            assert described == f"{platform.machine()} {models[0]}"
 
 
 def test_bench_without_pinocchio_reports_configurations_per_second(capsys):

@@ -139,6 +139,22 @@ def probe_line(median: float, spread: float, batch: int) -> str:
             "in cache and slows less: the ratios above may be too high. Rerun when the machine is quiet.")
 
 
+def machine(device) -> str:
+    """The machine the table was measured on: architecture and CPU model (Linux's
+    ``/proc/cpuinfo``, where ``platform.processor()`` is often empty), and the GPU's
+    name for a CUDA device."""
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    text = " ".join(x for x in (platform.machine(), cpu) if x)
+    if torch.device(device).type == "cuda":
+        text += f", {torch.cuda.get_device_name(torch.device(device))}"
+    return text
+
+
 def inputs(n: int, B: int, dtype, device="cpu"):
     """Fixed benchmark inputs (the same for every run): ``H`` (B, 4, 4) identity base
     poses and ``q, nu, qd, tau`` (B, n / 6 / n / n) drawn from a seeded generator."""
@@ -286,7 +302,7 @@ def main(argv=None) -> list:
     label = "float64 (and float32)" if args.dtype == "both" else args.dtype
     print(f"# torchrbd benchmark: {args.robot} ({len(joints)} joints, floating base), {label}, {device}")
     print(
-        f"machine: {platform.machine()} {platform.processor() or ''}, {os.cpu_count()} cores; "
+        f"machine: {machine(device)}, {os.cpu_count()} cores; "
         f"torch {torch.__version__}, {torch.get_num_threads()} threads"
         + ("; glibc allocator tuned by torchrbd (TORCHRBD_TUNE_MALLOC=0 to compare)" if allocator_tuned()
            else "; allocator: the process default")
