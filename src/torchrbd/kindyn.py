@@ -22,7 +22,7 @@ from .algorithms import representation as rep_
 from .algorithms.representation import Representations
 from .errors import InputError, ModelError
 from .model import Model, load_urdf
-from .algorithms.batchlast import DENSE_BELOW, batch_last_grad, to_batch_first
+from .algorithms.batchlast import DENSE_BELOW, batch_last_grad, to_batch_first, writes_into_buffers
 from .algorithms import forward_dynamics
 from .chunking import in_chunks, needs_grad
 from .inference import call_in_inference_mode, normal_tensors, result_buffer
@@ -469,23 +469,24 @@ class KinDynComputations:
         """(6, 6+n, B) Jacobian-shaped, a view of batch-first memory: ``base`` (6, 6, B)
         rows, the chain's columns ``chain_cols`` (k, 6, B) in place, zeros elsewhere,
         written batch-first, so that the result needs no transposing copy.
-        Without gradients (eager), a zero-filled result into which the base block and the
-        chain's runs of consecutive columns are copied: writing the zeros through the
+        Where results may be written into buffers (:func:`~.algorithms.batchlast.writes_into_buffers`:
+        eager, nothing differentiated), a zero-filled result into which the base block and
+        the chain's runs of consecutive columns are copied: writing the zeros through the
         transposing loop cost more than filling them (iCub's l_sole, B = 1024: 0.82-0.86x
         the time of the concatenation below, 0.68x at B = 64). Otherwise one concatenation
-        of the base, the chain's runs and zero blocks between them, which autograd and
-        inductor take as one operator."""
-        cols, B, N = chain_cols.permute(2, 1, 0), base.shape[-1], 6 + model.n  # (B, 6, k)
-        if not (torch.is_grad_enabled() and (base.requires_grad or chain_cols.requires_grad)
-                or torch.compiler.is_compiling()):
+        of the base, the chain's runs and zero blocks between them, which autograd, the
+        ``torch.func`` transforms and inductor take as one operator."""
+        B, N = base.shape[-1], 6 + model.n
+        if writes_into_buffers(base, chain_cols):
             out = result_buffer(base, B, 6, N)
             out = base.new_zeros(B, 6, N) if out is None else out.zero_()
             out[:, :, :6].copy_(base.permute(2, 0, 1))
+            cols = chain_cols.permute(2, 1, 0)  # (B, 6, k)
             for col, k, length in kin.chain.runs:
                 out[:, :, col:col + length].copy_(cols[:, :, k:k + length])
             return out.permute(1, 2, 0)
         chain_cols, base = batch_last_grad(chain_cols), batch_last_grad(base)
-        cols = chain_cols.permute(2, 1, 0)
+        cols = chain_cols.permute(2, 1, 0)  # (B, 6, k)
         zero = base.new_zeros(())
         pieces, at = [base.permute(2, 0, 1)], 6
         for col, k, length in kin.chain.runs:
