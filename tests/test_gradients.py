@@ -286,6 +286,29 @@ def _gradcheck_inertial_parameters(name, rep):
     assert grads[0] is not None and torch.isfinite(grads[0]).all()
 
 
+def test_trained_parameters_with_inputs_of_another_dtype():
+    """Masses requiring grad on a float64 model, float32 inputs: each call converts the
+    masses in its graph (the model's other fields are converted once and kept). The
+    mass matrix and the gradient of its sum w.r.t. the masses match the float64 call,
+    and a later call sees the masses' new values (nothing kept from the first call)."""
+    kd = torchrbd.KinDynComputations(URDF)
+    mass = kd.get_inertial_parameters()["mass"].clone().requires_grad_(True)
+    kd.set_inertial_parameters(mass=mass)
+    x = state(kd.NDoF, seed=4)
+    H = pose(torch.eye(3, dtype=torch.float64), x["r"], x["p"])
+    for scale in (1.0, 3.0):
+        with torch.no_grad():
+            mass.mul_(scale)
+        M64 = kd.mass_matrix(H, x["q"])
+        M32 = kd.mass_matrix(H.float(), x["q"].float())
+        assert M32.dtype == torch.float32
+        assert M32[0, 0].item() == pytest.approx(mass.detach().sum().item(), rel=1e-6)  # the total mass, now
+        torch.testing.assert_close(M32.double(), M64, rtol=1e-5, atol=1e-5)
+        (g64,) = torch.autograd.grad(M64.sum(), mass)
+        (g32,) = torch.autograd.grad(M32.sum(), mass)
+        torch.testing.assert_close(g32, g64, rtol=1e-4, atol=1e-4)
+
+
 def test_set_inertial_parameters_linear_in_mass(kd):
     """The mass matrix of a model with every mass, inertia scaled by s is s M."""
     kd.set_frame_velocity_representation(MIXED)

@@ -10,6 +10,15 @@ def closest(name: str, candidates, n: int = 3) -> list[str]:
     return difflib.get_close_matches(str(name), [str(c) for c in candidates], n=n, cutoff=0.5)
 
 
+def checkable(x) -> bool:
+    """Whether the values of tensor ``x`` can be tested (for an error or a flag): False
+    for meta and fake tensors, which carry only shapes, dtypes and devices (a value
+    test there raises instead of answering)."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    return x.device.type != "meta" and not is_fake(x)
+
+
 def _suggest(name, candidates) -> str:
     near = closest(name, candidates)
     return f"; did you mean {', '.join(repr(c) for c in near)}?" if near else ""

@@ -317,9 +317,10 @@ class KinDynComputations:
     def _model_for(self, dtype, device) -> Model:
         key = (str(dtype), str(device))  # (strings: dynamo could not name a dict entry keyed by a dtype)
         if key not in self._cache:
+            trained = [f for f in self._model.tensor_fields() if getattr(self._model, f).requires_grad]
+            if trained:
+                return self._trained_model_for(trained, dtype, device)
             model = normal_tensors(self._model.to)(dtype, device)  # (the cache keeps it)
-            if any(getattr(model, f).requires_grad for f in model.tensor_fields()):
-                return model  # keep the conversion in each call's graph
             if torch.compiler.is_compiling():
                 # storing a model made while tracing is a side effect dynamo cannot
                 # replay (a graph break): the compiled graph converts on each call
@@ -327,6 +328,23 @@ class KinDynComputations:
             # a compiled copy's models are prepared for tracing as they are made
             self._cache[key] = alg.prepare(model) if self._compiled else model
         return self._cache[key]
+
+    def _trained_model_for(self, trained: list, dtype, device) -> Model:
+        """:meth:`_model_for` a model whose fields ``trained`` require grad: their
+        conversion stays in each call's graph, while the other fields are converted
+        once and kept (a call on a GPU made a host-to-device copy of each of them)."""
+        model = self._model
+        if model.body_rot.dtype == dtype and model.body_rot.device == torch.device(device):
+            return model.to(dtype, device)  # itself: the trained fields are taken as they are
+        key = (str(dtype), str(device), "constants")
+        constants = self._cache.get(key)
+        if constants is None:
+            detached = model.with_fields(model.has_armature, **{f: getattr(model, f).detach() for f in trained})
+            constants = normal_tensors(detached.to)(dtype, device)
+            if not torch.compiler.is_compiling():  # (a side effect dynamo cannot replay)
+                self._cache[key] = constants
+        converted = {f: getattr(model, f).to(dtype=dtype, device=device) for f in trained}
+        return constants.with_fields(model.has_armature, **converted)
 
     def _inputs(self, **named):
         """Check, broadcast and flatten named arguments.

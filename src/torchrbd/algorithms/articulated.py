@@ -37,12 +37,13 @@ from dataclasses import dataclass
 
 import torch
 
+from ..errors import checkable
 from ..model.model import Model
 from .batchlast import plain
 from .inertia import SpatialInertia, _skew_bl
 from .kinematics import Kinematics, per_body
 from .rnea import velocity_terms
-from .topology import add_to_parents, model_cached, topology
+from .topology import add_to_parents, host_topology, model_cached, topology
 
 
 def _level_plan(model: Model):
@@ -65,9 +66,10 @@ def _level_plan(model: Model):
             plan.append((rows, target, pos))
             prev = rows
         body_pos = topo.body_of_dof if topo.unsort is None else topo.unsort[topo.body_of_dof]
-        dof_pos = body_pos - 1
-        identity = bool((dof_pos == torch.arange(model.n, device=dof_pos.device)).all())
-        return tuple(plan), None if identity else dof_pos
+        host = host_topology(model)  # the same positions, read on the CPU
+        host_pos = host.body_of_dof if host.unsort is None else host.unsort[host.body_of_dof]
+        identity = host_pos.tolist() == list(range(1, model.n + 1))
+        return tuple(plan), None if identity else body_pos - 1
     return model_cached(model, "_aba_level_plan", make)
 
 
@@ -112,7 +114,7 @@ def _solve_base(block: torch.Tensor, f0: torch.Tensor) -> torch.Tensor:
         below = block[j + 1:, j] / block[j, j]
         block[j + 1:, j + 1:].addcmul_(below[:, None], block[j, j + 1:][None], value=-1)
     pivots = block.diagonal(0, 0, 1)
-    if not bool(pivots.gt(0).all()):
+    if checkable(pivots) and not bool(pivots.gt(0).all()):
         raise torch.linalg.LinAlgError("the base's articulated inertia is not positive definite")
     return _back_substitute(block, block[:, 6])
 

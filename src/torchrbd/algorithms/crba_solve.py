@@ -30,7 +30,7 @@ import torch
 from .batchlast import mask_sum, plain, to_batch_first, with_rules
 from .crba import assemble
 from .solve import _SPDSolve, spd_solve
-from .topology import model_cached, topology
+from .topology import host_topology, model_cached, topology
 
 
 def dof_support(model) -> torch.Tensor:
@@ -50,7 +50,7 @@ def applies(model, *tensors) -> bool:
     armature that needs a gradient."""
     if not with_rules(*tensors) or not all(plain(t) for t in tensors):
         return False
-    if not model_cached(model, "_one_dof_per_body", lambda: len(set(topology(model).body_of_dof.tolist())) == model.n):
+    if not model_cached(model, "_one_dof_per_body", lambda: len(set(host_topology(model).body_of_dof.tolist())) == model.n):
         return False
     return not (model.armature is not None and model.armature.requires_grad)
 

@@ -241,6 +241,14 @@ def topology(model: Model) -> Topology:
     return topo
 
 
+def host_topology(model: Model) -> Topology:
+    """The :class:`Topology` of ``model`` on the CPU (float64), whatever the model's
+    device: for decisions that read index values (no device synchronisation, and
+    possible for meta tensors, whose values cannot be read)."""
+    build = _uncached(_topology)
+    return build(model.body_parent, model.joint_type, model.body_dof, model.link_body, "cpu", torch.float64)
+
+
 def add_to_parents(buffer: torch.Tensor, parents, x: torch.Tensor) -> None:
     """Add the rows of ``x`` (k, ...) into their parents' rows of ``buffer``, in place.
     ``parents`` as :class:`Topology` stores a level's positions: a slice of k rows (one

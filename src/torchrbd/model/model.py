@@ -193,8 +193,11 @@ class Model:
         return names
 
     def replace(self, **changes) -> "Model":
-        """A new model with some fields replaced (e.g. ``link_mass`` requiring grad)."""
-        return dataclasses.replace(self, **changes)
+        """A new model with some fields replaced (e.g. ``link_mass`` requiring grad).
+        The armature flag is carried over unless the armature is replaced."""
+        if "armature" in changes:
+            return dataclasses.replace(self, **changes)
+        return self.with_fields(self.has_armature, **changes)
 
     def to(self, dtype: torch.dtype | None = None, device=None) -> "Model":
         """This model with every floating tensor on ``dtype``/``device``.
@@ -209,9 +212,20 @@ class Model:
         changes = {
             name: getattr(self, name).to(dtype=dtype, device=device) for name in self.tensor_fields()
         }
-        converted = dataclasses.replace(self, **changes)
-        object.__setattr__(converted, "has_armature", self.has_armature)
-        return converted
+        return self.with_fields(self.has_armature, **changes)
+
+    def with_fields(self, has_armature: bool, **changes) -> "Model":
+        """A copy with some fields replaced and the armature flag given, made without
+        reading any tensor's values (the constructor tests the armature's: a device
+        synchronisation on a GPU, an error on meta tensors). Nothing this model has
+        cached is carried over."""
+        copy = object.__new__(type(self))
+        for f in dataclasses.fields(self):
+            object.__setattr__(copy, f.name, changes.pop(f.name, getattr(self, f.name)))
+        if changes:
+            raise TypeError(f"Model has no field {', '.join(map(repr, changes))}")
+        object.__setattr__(copy, "has_armature", has_armature)
+        return copy
 
     def __hash__(self):
         return id(self)
