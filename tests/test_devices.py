@@ -140,3 +140,65 @@ def test_gradients_of_the_inertial_parameters_stay_on_the_device():
         assert audit.operators > 0 and not audit.strays, dict(audit.strays)
         assert all(g.device == META for g in grads)
 
+
+@pytest.fixture
+def meta_scenes(monkeypatch):
+    """``torchrbd.sim`` making its scenes on the meta device (float64), as ``gs.init``
+    makes them on a GPU; the settings are restored after the test."""
+    import torchrbd.sim as gs
+    from torchrbd.sim import runtime
+
+    monkeypatch.setattr(runtime, "_SETTINGS", dict(runtime._SETTINGS))
+    gs.init(backend=gs.cpu, precision="64")
+    runtime._SETTINGS["device"] = META
+    return gs
+
+
+@pytest.mark.parametrize("model, fixed", [("double_pendulum", True), ("quadruped", False)])
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["no_grad", "grad"])
+def test_simulator_steps_stay_on_the_device(meta_scenes, model, fixed, requires_grad):
+    """A scene of four environments without collisions (joint limits on), a fixed and
+    a floating base: the state that ``scene.step()`` returns is on the scene's device,
+    and no operator of a step, of the getters or of the backward of a loss on the
+    state is given a tensor from another device. (Not collisions: their stage keeps
+    only the contacts within the margin, a data-dependent selection that meta tensors,
+    which have no values, cannot make.)"""
+    gs = meta_scenes
+    scene = gs.Scene(sim_options=gs.options.SimOptions(dt=0.01, requires_grad=requires_grad),
+                     rigid_options=gs.options.RigidOptions(enable_collision=False))
+    robot = scene.add_entity(gs.morphs.URDF(file=str(torchrbd.models.path(model)), fixed=fixed))
+    scene.build(n_envs=4)
+    torque = torch.empty(4, robot.n_dofs, dtype=torch.float64, device=META, requires_grad=requires_grad)
+    robot.control_dofs_force(torque)
+    scene.step()
+    audit = OperatorAudit(META)
+    with audit:
+        robot.control_dofs_force(torque)
+        scene.step()
+        q, v = robot.get_dofs_position(), robot.get_dofs_velocity()
+        if requires_grad:
+            (q.sum() + v.sum()).backward()
+    assert audit.operators > 0 and not audit.strays, dict(audit.strays)
+    assert q.device == META and q.shape == v.shape == (4, robot.n_dofs)
+    if requires_grad:
+        assert torque.grad is not None and torque.grad.device == META
+
+
+def test_contact_plan_is_made_on_the_cpu_and_moved_to_the_device(meta_scenes):
+    """A floating robot on a plane, collisions on: ``scene.build()`` plans the contacts
+    from the model as loaded (on the CPU, where the plan's indices are read) and moves
+    every tensor of the plan to the scene's device. (Before, the plan mixed the links'
+    placements on the scene's device with its own CPU tensors, and the build failed.)"""
+    gs = meta_scenes
+    scene = gs.Scene(rigid_options=gs.options.RigidOptions(enable_collision=True))
+    scene.add_entity(gs.morphs.Plane())
+    scene.add_entity(gs.morphs.URDF(file=str(torchrbd.models.path("quadruped"))))
+    scene.build(n_envs=2)
+    stage = scene._contact_stage
+    assert stage is not None and stage.n_contacts > 0
+    tensors = [v for v in tree_flatten(stage.plan.__dict__)[0] if isinstance(v, torch.Tensor)]
+    tensors += [t for g in stage.plan.groups for t in tree_flatten(g.__dict__)[0] if isinstance(t, torch.Tensor)]
+    if stage.plan.on_plane is not None:
+        tensors += [t for t in tree_flatten(stage.plan.on_plane.__dict__)[0] if isinstance(t, torch.Tensor)]
+    tensors += [stage.entity_a, stage.entity_b] + [t for m in stage.members for t in (m.contact, m.sign, m.support)]
+    assert tensors and all(t.device == META for t in tensors), {t.device for t in tensors}

@@ -223,7 +223,7 @@ class ContactStage:
         geoms, links, parents, exclude, fixed_slots = [], [], [], set(), [-1]
         members = []  # (entity, nbody, offset)
         for e in scene.entities:
-            model = e._kd.model
+            model = e._host_model  # the plan is made on the CPU, then moved to the scene's device
             _check_meshes(e)
             is_mjcf = isinstance(e.morph, MJCF)
             world = [g for g in model.geoms if is_mjcf and g.link == WORLD]
@@ -250,15 +250,16 @@ class ContactStage:
         if not geoms:
             return None
         exclude.update((a, b) for a in fixed_slots for b in fixed_slots if a != b)  # immovable pairs
-        plan = ContactPlan.build(
+        host = ContactPlan.build(  # on the CPU, where its indices are read below
             geoms, exclude=exclude, self_collision=opts.enable_self_collision, slot_parent=parents,
-            dtype=scene.dtype, device=scene.device,
+            dtype=scene.dtype, device="cpu",
         )
+        plan = host.to(device=scene.device)
         tc = max(opts.contact_timeconst, 2.0 * scene.substep_dt)
         params = ContactParams(timeconst=tc, dampratio=opts.contact_dampratio)
         t = dict(dtype=scene.dtype, device=scene.device)
         long = dict(dtype=torch.long, device=scene.device)
-        sa, sb = plan.contact_slot_a.tolist(), plan.contact_slot_b.tolist()
+        sa, sb = host.contact_slot_a.tolist(), host.contact_slot_b.tolist()
         out = []
         for e, nb, offset in members:
             topo = alg.topology(e._kd.model)
@@ -272,7 +273,7 @@ class ContactStage:
                 sign=torch.tensor([r[2] for r in rows], **t), support=body_support[body],
                 joint_support=body_support[topo.body_of_dof].T.contiguous(),
             ))
-        pair = plan.pair_geom[plan.contact_pair].tolist()
+        pair = host.pair_geom[host.contact_pair].tolist()
         ent = [cg.entity for cg in geoms]
         ent = [x if x >= 0 else -1 for x in ent]  # world geoms: the static world
         row = _twist_rows(out, len(parents))
@@ -283,7 +284,7 @@ class ContactStage:
             entity_a=torch.tensor([ent[a] for a, _ in pair], **long),
             entity_b=torch.tensor([ent[b] for _, b in pair], **long),
             twist_row=_contact_twist_rows(row, sa, sb, long),
-            n_slot_pairs=int(plan.contact_slot_pair.max()) + 1 if plan.n_contacts else 0,
+            n_slot_pairs=int(host.contact_slot_pair.max()) + 1 if host.n_contacts else 0,
         )
 
     # ------------------------------------------------------------ one stage
@@ -435,20 +436,21 @@ class ContactStage:
 def _world_geom_pose(entity, geom):
     """world_H_geom (float64) of an MJCF world geom: as in the file for a floating
     model; through the build-time base pose for a fixed one (``world`` is its root)."""
-    rot, pos = geom.rot.to(torch.float64), geom.pos.to(torch.float64)
-    model = entity._kd.model
+    host = dict(dtype=torch.float64, device="cpu")  # (the contact plan is made on the CPU)
+    rot, pos = geom.rot.to(**host), geom.pos.to(**host)
+    model = entity._host_model
     if WORLD not in model._link_index:
         return rot, pos
     k = model._link_index[WORLD]
-    Rl, pl = model.link_rot[k].to(torch.float64), model.link_pos[k].to(torch.float64)
-    base = entity._pose_init[0].to(torch.float64)
+    Rl, pl = model.link_rot[k].to(**host), model.link_pos[k].to(**host)
+    base = entity._host_pose
     Rb = quat_to_matrix(base[3:7])
     return Rb @ Rl @ rot, Rb @ (Rl @ pos + pl) + base[:3]
 
 
 def _check_meshes(entity):
     """Raise ModelError naming a collision mesh file that does not exist."""
-    for g in entity._kd.model.geoms:
+    for g in entity._host_model.geoms:
         if g.type == GeomType.MESH and g.vertices is None and g.mesh_file and not Path(g.mesh_file).is_file():
             source = getattr(entity.morph, "file", type(entity.morph).__name__)
             raise ModelError(

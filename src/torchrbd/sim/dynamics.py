@@ -340,13 +340,16 @@ def limit_correction(ent: EntityStatics, factor, acc, q, qd) -> torch.Tensor | N
     the force ``m_eff (a_ref - a)`` that achieves it, ``m_eff = 1 / (M^-1)_ii``,
     kept one-sided (it only pushes back into the range). ``factor`` solves with M
     (:class:`_DenseFactor` or :class:`_TreeFactor`); ``acc`` (B, nv). Returns the extra
-    generalized acceleration ``M^-1 f`` (B, nv), or None when no joint of any
-    environment is past a limit (the force is then 0).
+    generalized acceleration ``M^-1 f`` (B, nv), or None on the CPU when no joint
+    of any environment is past a limit (the force is then 0).
     """
     r_up = torch.where(ent.has_upper, q - ent.upper, -1.0)  # > 0 past the upper limit
     r_lo = torch.where(ent.has_lower, ent.lower - q, -1.0)  # > 0 past the lower limit
     past_up, past_lo = r_up > 0, r_lo > 0
-    if not bool((past_up | past_lo).any()):
+    # On the CPU, nothing to do when no joint is past a limit. Elsewhere the correction
+    # is always computed (zero where no joint is past): reading the flag would make the
+    # host wait for the device in every step.
+    if past_up.device.type == "cpu" and not bool((past_up | past_lo).any()):
         return None
     tc, zeta = ent.limit_timeconst, ent.limit_dampratio
     b, k = 2.0 / tc, 1.0 / (tc * zeta) ** 2

@@ -21,7 +21,7 @@ import math
 
 import torch
 
-from ..errors import InputError, ModelError, SimulationError
+from ..errors import InputError, ModelError, SimulationError, checkable
 from ..kindyn import KinDynComputations
 from . import dynamics as dyn
 from .getters import EntityGetters
@@ -83,6 +83,10 @@ class RigidEntity(EntityGetters, EntitySetters):
         sc = self.scene
         loaded = self.morph.load(self.material)
         self._kd = KinDynComputations(loaded.model, dtype=sc.dtype, device=sc.device, gravity=sc.sim_options.gravity)
+        # the model as loaded (CPU, float64) and the base pose at build, for the contact
+        # plan, which is made on the CPU from the links' placements
+        self._host_model = loaded.model
+        self._host_pose = torch.cat([loaded.base_pos, loaded.base_quat]).to(dtype=torch.float64, device="cpu")
         model = self._kd.model
         self.floating = bool(loaded.floating)
         self.n_joints = model.n
@@ -123,7 +127,7 @@ class RigidEntity(EntityGetters, EntitySetters):
             return
         with torch.no_grad():
             M = self._mass_matrix(self._qpos, self._vel)
-            if not bool((torch.linalg.eigvalsh(M) > 0).all()):
+            if checkable(M) and not bool((torch.linalg.eigvalsh(M) > 0).all()):
                 raise ModelError(
                     f"{self.morph!r}: the mass matrix is not positive definite at the initial configuration; "
                     "some joint moves links without mass or inertia (give them <inertial> data or armature)"
@@ -147,7 +151,7 @@ class RigidEntity(EntityGetters, EntitySetters):
                 upper=torch.where(has_up, upper, 0.0),
                 has_lower=has_lo,
                 has_upper=has_up,
-                limited=bool(opts.enable_joint_limit and (has_lo.any() or has_up.any())),
+                limited=bool(opts.enable_joint_limit and (not checkable(has_lo) or has_lo.any() or has_up.any())),
                 limit_timeconst=max(opts.joint_limit_timeconst, 2 * self.scene.substep_dt),
                 limit_dampratio=opts.joint_limit_dampratio,
             )
