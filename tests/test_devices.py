@@ -154,18 +154,22 @@ def meta_scenes(monkeypatch):
     return gs
 
 
-@pytest.mark.parametrize("model, fixed", [("double_pendulum", True), ("quadruped", False)])
+@pytest.mark.parametrize("model, fixed, floor", [("double_pendulum", True, False), ("quadruped", False, False),
+                                                 ("quadruped", False, True)], ids=["fixed", "floating", "on_a_plane"])
 @pytest.mark.parametrize("requires_grad", [False, True], ids=["no_grad", "grad"])
-def test_simulator_steps_stay_on_the_device(meta_scenes, model, fixed, requires_grad):
-    """A scene of four environments without collisions (joint limits on), a fixed and
-    a floating base: the state that ``scene.step()`` returns is on the scene's device,
-    and no operator of a step, of the getters or of the backward of a loss on the
-    state is given a tensor from another device. (Not collisions: their stage keeps
-    only the contacts within the margin, a data-dependent selection that meta tensors,
-    which have no values, cannot make.)"""
+@pytest.mark.parametrize("integrator", ["Euler", "RK4"])
+def test_simulator_steps_stay_on_the_device(meta_scenes, model, fixed, floor, requires_grad, integrator):
+    """A scene of four environments (joint limits on; a fixed base, a floating one, and
+    a floating one on a plane with collisions): the state that ``scene.step()`` returns
+    is on the scene's device, and no operator of a step, of the getters or of the
+    backward of a loss on the state is given a tensor from another device. Meta tensors
+    have no values, so this also shows that a step reads none back to the host."""
     gs = meta_scenes
     scene = gs.Scene(sim_options=gs.options.SimOptions(dt=0.01, requires_grad=requires_grad),
-                     rigid_options=gs.options.RigidOptions(enable_collision=False))
+                     rigid_options=gs.options.RigidOptions(enable_collision=floor,
+                                                           integrator=getattr(gs.integrator, integrator)))
+    if floor:
+        scene.add_entity(gs.morphs.Plane())
     robot = scene.add_entity(gs.morphs.URDF(file=str(torchrbd.models.path(model)), fixed=fixed))
     scene.build(n_envs=4)
     torque = torch.empty(4, robot.n_dofs, dtype=torch.float64, device=META, requires_grad=requires_grad)

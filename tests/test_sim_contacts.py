@@ -159,8 +159,8 @@ def test_quadruped_stands_on_its_legs_under_the_default_pd():
 
 
 # ------------------------------------------------------------ the force mapping
-def _penetrating_quadruped(friction=None):
-    scene = _scene(dt=1e-3, requires_grad=True)
+def _penetrating_quadruped(friction=None, **rigid):
+    scene = _scene(dt=1e-3, requires_grad=True, **rigid)
     mat = gs.materials.Rigid(friction=friction) if friction is not None else None
     robot = scene.add_entity(
         gs.morphs.URDF(file=str(torchrbd.models.path("quadruped")), pos=(0.1, -0.2, 0.38), euler=(4, -6, 20)),
@@ -173,6 +173,33 @@ def _penetrating_quadruped(friction=None):
     robot.set_dofs_position(q, dofs_idx_local=list(range(6, robot.n_dofs)))
     robot.set_dofs_velocity(0.3 * torch.randn(robot.n_dofs, generator=g, dtype=torch.float64))
     return scene, robot
+
+
+@pytest.mark.parametrize("integrator", ["Euler", "RK4"])
+def test_computing_every_contact_row_gives_the_same_steps(monkeypatch, integrator):
+    """Off the CPU a step computes every contact and joint row instead of dropping those
+    that cannot push (``contact_stage.compacts``: choosing them would synchronise the
+    device). Forced here on the CPU, the penetrating quadruped (some feet touching,
+    others not) takes the same 20 steps, and the gradient of its final state with
+    respect to a joint torque is the same, as with the rows dropped."""
+    def run():
+        scene, robot = _penetrating_quadruped(integrator=getattr(gs.integrator, integrator))
+        torque = torch.full((robot.n_dofs - 6,), 0.5, dtype=torch.float64, requires_grad=True)
+        touching = int(robot.get_contacts()["valid_mask"].sum())
+        for _ in range(20):
+            robot.control_dofs_force(torque, dofs_idx_local=list(range(6, robot.n_dofs)))
+            scene.step()
+        qpos, vel = robot.get_qpos(), robot.get_dofs_velocity()
+        (grad,) = torch.autograd.grad(qpos[2] + vel.square().sum(), torque)
+        return _plain(qpos).detach(), _plain(vel).detach(), _plain(grad), (touching, scene._contact_stage.n_contacts)
+
+    dropped = run()
+    monkeypatch.setattr(contact_stage, "compacts", lambda x: False)
+    every = run()
+    touching, contacts = dropped[3]
+    assert 0 < touching < contacts  # at the start, some of the contact points touch, the others not
+    for a, b in zip(every[:3], dropped[:3]):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
 def _stage(scene, implicit=False):
