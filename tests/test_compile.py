@@ -572,3 +572,22 @@ def test_compiled_copies_of_two_robots_of_the_same_size_keep_their_own_code():
             torch.testing.assert_close(kc.mass_matrix(H, q), kd.mass_matrix(H, q), rtol=1e-12, atol=1e-12)
             torch.testing.assert_close(kc.aba(H, q, nu, qd, tau), kd.aba(H, q, nu, qd, tau), rtol=1e-10, atol=1e-10)
     assert not torch.allclose(first.mass_matrix(H, q), second.mass_matrix(H, q))
+
+
+def test_compiled_trained_parameters_with_inputs_of_another_dtype_trace_in_one_graph():
+    """Masses requiring grad on a float64 model and float32 inputs: the compiled copy
+    converts the masses in its graph and reuses the rest of the converted model
+    (``KinDynComputations._trained_model_for``) without a graph break (``fullgraph``);
+    the mass matrix and its gradient with respect to the masses equal the eager ones."""
+    torch._dynamo.reset()
+    kd = torchrbd.models.load("quadruped")
+    mass = kd.get_inertial_parameters()["mass"].clone().requires_grad_(True)
+    kd.set_inertial_parameters(mass=mass)
+    kc = kd.compiled(backend="eager", fullgraph=True)
+    H, q = (x.float() for x in _inputs(kd)[:2])
+    results = []
+    for k in (kd, kc):
+        M = k.mass_matrix(H, q)
+        results.append((M.detach(), *torch.autograd.grad(M.square().sum(), mass)))
+    assert results[1][0].dtype == torch.float32
+    torch.testing.assert_close(results[1], results[0], rtol=1e-5, atol=1e-5)
