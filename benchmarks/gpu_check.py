@@ -4,7 +4,8 @@
    articulated-body sweep; with a gradient, its implicit backward) and on 64 of the
    configurations with a gradient (the CRBA path), and aba's gradients, on CUDA
    against the CPU, float64 (exit status 1 past ``--tol``).
-2. The simulator: 200 steps of the humanoid on the floor on CUDA against the CPU.
+2. The simulator: 200 steps of the humanoid on the floor on CUDA against the CPU; then
+   how often the methods and simulator steps make the host wait for the GPU.
 3. Throughput: ``torchrbd bench`` in float32 at B = 1, 1024, 65536 and 1M
    (configurations per second), and ``benchmarks/bench_contacts.py`` on CUDA with
    the dense and the tree-sparse solve of M.
@@ -82,6 +83,57 @@ def simulate(device: str, n_envs=64, steps=200):
     return robot.get_qpos().cpu(), robot.get_dofs_velocity().cpu()
 
 
+def synchronisations(fn) -> int:
+    """How many times ``fn()`` makes the host wait for the GPU (torch's sync debug mode
+    warns at each synchronisation)."""
+    import warnings
+
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fn()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    return sum("synchroniz" in str(w.message).lower() for w in caught)
+
+
+def report_synchronisations(kd, frame, n_envs=64, steps=10) -> None:
+    """Prints the synchronisations of each method at 256 configurations without
+    gradients (``aba`` is expected to make one: its check that M is positive definite)
+    and of ``steps`` steps of the humanoid on the floor (expected: none)."""
+    import torchrbd.sim as gs
+
+    B, n = 256, kd.NDoF
+    H = torch.eye(4, dtype=torch.float64, device="cuda").repeat(B, 1, 1)
+    q, nu, qd, tau = (torch.randn(B, k, dtype=torch.float64, device="cuda") for k in (n, 6, n, n))
+    calls = {
+        "forward_kinematics": lambda: kd.forward_kinematics(frame, H, q),
+        "jacobian": lambda: kd.jacobian(frame, H, q),
+        "mass_matrix": lambda: kd.mass_matrix(H, q),
+        "bias_force": lambda: kd.bias_force(H, q, nu, qd),
+        "aba": lambda: kd.aba(H, q, nu, qd, tau),
+    }
+    with torch.no_grad():
+        for name, call in calls.items():
+            call()
+            print(f"{name:28s} host synchronisations per call: {synchronisations(call)}", flush=True)
+    gs.init(backend=gs.gpu, precision="64")
+    scene = gs.Scene(sim_options=gs.options.SimOptions(dt=0.002))
+    scene.add_entity(gs.morphs.MJCF(file=str(torchrbd.models.path("humanoid", "mjcf"))))
+    scene.add_entity(gs.morphs.Plane())
+    scene.build(n_envs=n_envs)
+    for _ in range(5):
+        scene.step()
+
+    def run():
+        for _ in range(steps):
+            scene.step()
+
+    print(f"humanoid on the floor, {n_envs} envs: host synchronisations in {steps} steps: {synchronisations(run)}", flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tol", type=float, default=1e-9, help="largest relative difference accepted")
@@ -103,6 +155,10 @@ def main(argv=None) -> int:
     (qc, vc), (qg, vg) = simulate("cpu"), simulate("cuda")
     sim = max((qg - qc).abs().max().item(), (vg - vc).abs().max().item())
     print(f"humanoid on the floor, 64 envs, 200 steps: largest state difference CUDA vs CPU {sim:.1e}", flush=True)
+    try:  # (a report only: its failure must not cost the rest of a scarce GPU run)
+        report_synchronisations(kd, frame)
+    except Exception as error:  # noqa: BLE001
+        print(f"host synchronisations not counted: {error!r}", flush=True)
     ok = worst <= args.tol and bool(torch.isfinite(qg).all())
     if not args.skip_throughput:
         from torchrbd.bench import main as bench
