@@ -1,10 +1,11 @@
-"""The methods run on whatever device their inputs are on: every operator of a call sees
-only tensors on that device.
+"""The methods and the simulator's steps run on whatever device their inputs are on:
+every operator of a call sees only tensors on that device, and nothing is read back.
 
 No GPU is needed: the inputs are meta tensors (shapes, dtypes and a device, no values),
 so a constant left on the CPU (an index tensor, a model parameter, a tensor made without
 ``device=``) raises or shows up in the audit below, as it would break or slow down a
-CUDA call (a host-to-device copy per call). A test of values on a GPU is
+CUDA call (a host-to-device copy per call), and reading a value (``.item()``, ``bool``,
+``nonzero``: a synchronisation on a GPU) raises. A test of values on a GPU is
 ``benchmarks/gpu_check.py``, for a machine that has one.
 """
 
