@@ -10,7 +10,7 @@ import torch
 
 import torchrbd.models
 import torchrbd.sim as gs
-from torchrbd.sim import contact_stage
+from torchrbd.sim import contact_stage, dynamics
 
 G = 9.81
 
@@ -178,7 +178,8 @@ def _penetrating_quadruped(friction=None, **rigid):
 @pytest.mark.parametrize("integrator", ["Euler", "RK4"])
 def test_computing_every_contact_row_gives_the_same_steps(monkeypatch, integrator):
     """Off the CPU a step computes every contact and joint row instead of dropping those
-    that cannot push (``contact_stage.compacts``: choosing them would synchronise the
+    that cannot push, and the joint-limit correction even when no joint is past a limit
+    (``dynamics.compacts``: choosing them would synchronise the
     device). Forced here on the CPU, the penetrating quadruped (some feet touching,
     others not) takes the same 20 steps, and the gradient of its final state with
     respect to a joint torque is the same, as with the rows dropped."""
@@ -194,7 +195,7 @@ def test_computing_every_contact_row_gives_the_same_steps(monkeypatch, integrato
         return _plain(qpos).detach(), _plain(vel).detach(), _plain(grad), (touching, scene._contact_stage.n_contacts)
 
     dropped = run()
-    monkeypatch.setattr(contact_stage, "compacts", lambda x: False)
+    monkeypatch.setattr(dynamics, "compacts", lambda x: False)
     every = run()
     touching, contacts = dropped[3]
     assert 0 < touching < contacts  # at the start, some of the contact points touch, the others not

@@ -336,7 +336,7 @@ class ContactStage:
         alone can push. The others give exactly zero (value and gradient: the smoothed
         ReLU and its slope are 0 there)."""
         plan, K = self.plan, detection.depth.shape[0]
-        index = (detection.depth >= -self.params.margin).any(1).nonzero()[:, 0] if compacts(detection.depth) else None
+        index = (detection.depth >= -self.params.margin).any(1).nonzero()[:, 0] if dyn.compacts(detection.depth) else None
         row = None
         if index is None or index.numel() == K:
             index = None
@@ -537,7 +537,7 @@ def _entity_load(m: _Member, floating: bool, sk: dyn.StageKinematics, near: _Nea
         c_n, c_t = near.c_n.index_select(0, k), near.c_t.index_select(0, k)
         lam = _damping_parameters(r, near.normal.index_select(0, k), c_t[:, None], (c_n - c_t)[:, None])
         per_contact = torch.cat([per_contact, lam], 1)
-    if compacts(per_contact):
+    if dyn.compacts(per_contact):
         moved = support.any(0).nonzero()[:, 0]  # joints moving some pushing contact
         subtree = mask_sum(support[:, moved].T, per_contact)  # (moved, 6 or 42, B)
         rows = _scatter_joints(moved, _matrix_times(subtree, sk.S.index_select(0, moved)), sk.n)  # (n, 1 or 7, B)
@@ -548,14 +548,6 @@ def _entity_load(m: _Member, floating: bool, sk: dyn.StageKinematics, near: _Nea
         return dyn.ContactLoad(floating, sk.S, m.joint_support, total, rows[:, 0])
     lam_base = total[6:].unflatten(0, (6, 6))
     return dyn.ContactLoad(floating, sk.S, m.joint_support, total[:6], rows[:, 0], lam_base, rows[:, 1:])
-
-
-def compacts(x: torch.Tensor) -> bool:
-    """Whether a step drops the contacts (and joints) that cannot push from its sums, for
-    tensors like ``x``: on the CPU, where the dropped rows save their work. Elsewhere
-    every row is computed (those give exact zeros): choosing the rows would read the
-    device's values back to the host, a synchronisation in every step."""
-    return x.device.type == "cpu"
 
 
 def _scatter_joints(index, x, n: int):
@@ -571,7 +563,7 @@ def _active(m: _Member, near: _Near):
     in every environment (and zero gradient: their normal force is clamped from below
     zero, or their depth is beyond the margin), so they are dropped from the sums; the
     value is the same."""
-    keep = near.pushing.index_select(0, m.contact).nonzero()[:, 0] if compacts(near.pushing) else None
+    keep = near.pushing.index_select(0, m.contact).nonzero()[:, 0] if dyn.compacts(near.pushing) else None
     k, sign, support = (m.contact, m.sign, m.support) if keep is None or keep.numel() == m.contact.numel() else \
         (m.contact[keep], m.sign[keep], m.support[keep])
     return (k if near.row is None else near.row.index_select(0, k)), sign, support

@@ -332,6 +332,15 @@ class _TreeFactor:
         return tc_.inverse_diagonal(self.plan, self.fac).T
 
 
+def compacts(x: torch.Tensor) -> bool:
+    """Whether a step skips, for tensors like ``x``, the work it finds to be zero from
+    their values: the joint-limit correction when no joint is past a limit, the contacts
+    (and joints) that cannot push. On the CPU, where the skipped work is saved. Elsewhere
+    it is done (it gives exact zeros): finding it would read the device's values back
+    to the host, a synchronisation in every step."""
+    return x.device.type == "cpu"
+
+
 def limit_correction(ent: EntityStatics, factor, acc, q, qd) -> torch.Tensor | None:
     """One-sided soft joint-limit constraint (MuJoCo ``solref`` style, diagonal).
 
@@ -346,10 +355,7 @@ def limit_correction(ent: EntityStatics, factor, acc, q, qd) -> torch.Tensor | N
     r_up = torch.where(ent.has_upper, q - ent.upper, -1.0)  # > 0 past the upper limit
     r_lo = torch.where(ent.has_lower, ent.lower - q, -1.0)  # > 0 past the lower limit
     past_up, past_lo = r_up > 0, r_lo > 0
-    # On the CPU, nothing to do when no joint is past a limit. Elsewhere the correction
-    # is always computed (zero where no joint is past): reading the flag would make the
-    # host wait for the device in every step.
-    if past_up.device.type == "cpu" and not bool((past_up | past_lo).any()):
+    if compacts(past_up) and not bool((past_up | past_lo).any()):
         return None
     tc, zeta = ent.limit_timeconst, ent.limit_dampratio
     b, k = 2.0 / tc, 1.0 / (tc * zeta) ** 2

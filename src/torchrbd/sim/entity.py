@@ -151,11 +151,17 @@ class RigidEntity(EntityGetters, EntitySetters):
                 upper=torch.where(has_up, upper, 0.0),
                 has_lower=has_lo,
                 has_upper=has_up,
-                limited=bool(opts.enable_joint_limit and (not checkable(has_lo) or has_lo.any() or has_up.any())),
+                limited=bool(opts.enable_joint_limit and m.n and self._has_limits()),
                 limit_timeconst=max(opts.joint_limit_timeconst, 2 * self.scene.substep_dt),
                 limit_dampratio=opts.joint_limit_dampratio,
             )
         return self._statics_cache
+
+    def _has_limits(self) -> bool:
+        """Whether some joint has a finite position limit (read from the model as loaded,
+        on the CPU: no device synchronisation)."""
+        host = self._host_model
+        return bool(torch.isfinite(host.lower).any() or torch.isfinite(host.upper).any())
 
     def _statics_with(self, mass, com, inertia) -> dyn.EntityStatics:
         """Statics whose model uses the given inertial parameters (for checkpointed
