@@ -335,7 +335,7 @@ class KinDynComputations:
         once and kept (a call on a GPU made a host-to-device copy of each of them)."""
         model = self._model
         if model.body_rot.dtype == dtype and model.body_rot.device == torch.device(device):
-            return model.to(dtype, device)  # itself: the trained fields are taken as they are
+            return model  # the trained fields are taken as they are
         key = (str(dtype), str(device), "constants")
         constants = self._cache.get(key)
         if constants is None:
