@@ -23,7 +23,7 @@ from .batchlast import (
     DENSE_BELOW, batch_last_grad, crosswise_empty, crosswise_pad, dense_products, dense_times, gathered_dots, mask_sum,
     matmul, one_configuration, writes_into_buffers,
 )
-from . import tree_sums
+from . import placement, tree_sums
 from .topology import topology
 
 
@@ -224,7 +224,7 @@ def _place(DT: torch.Tensor, place: torch.Tensor) -> torch.Tensor:
     one gather through the transposed view (see :func:`_assemble_from_entries`), into
     the method's result where it has one (:func:`~torchrbd.inference.result_buffer`)."""
     B, P = DT.shape[1], place.shape[0]
-    return torch.gather(DT.t(), 1, place.expand(B, P), out=result_buffer(DT, B, P))
+    return placement.place(DT, place, out=result_buffer(DT, B, P))
 
 
 def _padded_rows(*parts: torch.Tensor) -> torch.Tensor:
