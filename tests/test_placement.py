@@ -59,20 +59,55 @@ def test_place_falls_back_where_the_loop_does_not_apply():
     assert torch.equal(placement.place(strided, index), strided[index].t())
 
 
-@pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-@pytest.mark.skipif(not placement.NATIVE, reason="torchrbd._placement not built (no C compiler)")
-def test_mass_matrix_is_the_same_with_and_without_the_c_loop(monkeypatch, compiled, dtype):
-    """Bit for bit: the loop moves numbers, it computes nothing (the mass matrix itself
-    is checked against Pinocchio elsewhere, on whichever path is the default)."""
-    kd = torchrbd.KinDynComputations(icub_path(), SEED_JOINTS)
-    if compiled:
-        kd = kd.compiled()
-    B = 256  # long enough for the compiled placement operator
+@pytest.mark.parametrize("B", [5, 64])
+def test_place_into_columns(dtype, B):
+    """With ``columns``: entry j into ``out[:, columns[j]]`` of a row-strided ``out``,
+    the rest untouched (as the Jacobian's base block and chain columns are placed)."""
+    g = torch.Generator().manual_seed(B)
+    K, P, W = 20, 30, 50
+    src = torch.randn(K, B, generator=g).to(dtype)
+    index = torch.randint(0, K, (P,), generator=g)
+    columns = torch.randperm(W, generator=g)[:P]
+    wide = torch.full((B, W + 3), -7.0, dtype=dtype)
+    out = wide[:, :W]  # (row stride W + 3)
+    expected = out.clone().index_copy_(1, columns, torch.gather(src.t(), 1, index.expand(B, P)))
+    assert placement.place(src, index, out=out, columns=columns) is out
+    assert torch.equal(out, expected)
+    assert torch.equal(wide[:, W:], torch.full((B, 3), -7.0, dtype=dtype))
+    assert placement._native_applies(src, index, out, columns) == placement.NATIVE
+
+
+def _method_calls(kd, B, dtype):
     g = torch.Generator().manual_seed(3)
     H = torch.eye(4, dtype=dtype).repeat(B, 1, 1)
     H[:, :3, 3] = torch.randn(B, 3, generator=g, dtype=dtype)
     q = torch.randn(B, len(SEED_JOINTS), generator=g, dtype=dtype)
+    v = torch.randn(B, 6, generator=g, dtype=dtype)
+    qd = torch.randn(B, len(SEED_JOINTS), generator=g, dtype=dtype)
+    return {
+        "mass_matrix": lambda: kd.mass_matrix(H, q),
+        "jacobian": lambda: kd.jacobian("l_sole", H, q),
+        "bias_force": lambda: kd.bias_force(H, q, v, qd),
+        "CoM_jacobian": lambda: kd.CoM_jacobian(H, q),
+    }
+
+
+@pytest.mark.skipif(not placement.NATIVE, reason="torchrbd._placement not built (no C compiler)")
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("method, compiled", [
+    ("mass_matrix", False), ("jacobian", False), ("bias_force", False), ("CoM_jacobian", False),
+    ("mass_matrix", True),  # (compiled code places only the mass matrix by the loop)
+])
+def test_results_are_the_same_with_and_without_the_c_loop(monkeypatch, compiled, dtype, method):
+    """Bit for bit: the loop moves numbers, it computes nothing (the methods themselves
+    are checked against Pinocchio elsewhere, on whichever path is the default).
+    Each call must have taken the loop."""
+    kd = torchrbd.KinDynComputations(icub_path(), SEED_JOINTS)
+    if compiled:
+        kd = kd.compiled()
+    B = 256 if compiled else 1536  # long enough for the loop to pay off
+    call = _method_calls(kd, B, dtype)[method]
     calls, loop = [], placement._placement
 
     class Counting:
@@ -81,9 +116,10 @@ def test_mass_matrix_is_the_same_with_and_without_the_c_loop(monkeypatch, compil
             return loop.place(*args)
 
     monkeypatch.setattr(placement, "_placement", Counting())
-    with_loop = kd.mass_matrix(H, q)
-    assert len(calls) == 1  # (the mass matrix's placement took the loop)
+    with_loop = call()
+    assert len(calls) == (2 if method == "jacobian" else 1)  # (the base block, the chain's columns)
     monkeypatch.setattr(placement, "NATIVE", False)
-    without = kd.mass_matrix(H, q)
-    assert len(calls) == 1
+    calls.clear()
+    without = call()
+    assert not calls
     assert torch.equal(with_loop, without)

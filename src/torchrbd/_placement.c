@@ -1,10 +1,11 @@
 /* torchrbd._placement: batch-last rows placed into batch-first rows.
 
-   out[b * P + j] = src[index[j] * ld + b]   for b < B, j < P
+   out[b * ldo + column[j]] = src[index[j] * ld + b]   for b < B, j < P
 
-   src holds K rows of B numbers (batch-last, row stride ld), out holds B rows of P
-   numbers (batch-first, contiguous). The numbers are copied as 4- or 8-byte words, so
-   the kernel serves every dtype of those sizes, bit for bit.
+   src holds K rows of B numbers (batch-last, row stride ld), out B rows (batch-first,
+   row stride ldo); column[j] = j where no column array is given. The numbers are
+   copied as 4- or 8-byte words, so the kernel serves every dtype of those sizes, bit
+   for bit.
 
    Why a kernel of our own: torch's CPU gather (and every transposing copy it has) costs
    about 1 ns per number here, mostly per-element index work; iCub's mass matrix at
@@ -18,30 +19,33 @@
 #include <stdint.h>
 
 #define PLACE(NAME, WORD, LINE)                                                          \
-    static void NAME(const WORD *src, int64_t ld, const int64_t *index, int64_t P,      \
-                     int64_t B, WORD *out, int threads) {                              \
+    static void NAME(const WORD *src, int64_t ld, const int64_t *index, const int64_t *column, \
+                     int64_t P, int64_t B, WORD *out, int64_t ldo, int threads) {       \
         const int64_t blocks = B / (LINE);                                              \
         _Pragma("omp parallel for schedule(static) num_threads(threads) if(threads > 1)") \
         for (int64_t c = 0; c < blocks; ++c) {                                          \
             const int64_t b = c * (LINE);                                               \
-            WORD *o = out + b * P;                                                      \
+            WORD *o = out + b * ldo;                                                    \
             for (int64_t j = 0; j < P; ++j) {                                           \
                 const WORD *s = src + index[j] * ld + b;                                \
-                for (int i = 0; i < (LINE); ++i) o[i * P + j] = s[i];                   \
+                WORD *oj = o + (column ? column[j] : j);                                \
+                for (int i = 0; i < (LINE); ++i) oj[i * ldo] = s[i];                    \
             }                                                                           \
         }                                                                               \
         for (int64_t b = blocks * (LINE); b < B; ++b)                                   \
-            for (int64_t j = 0; j < P; ++j) out[b * P + j] = src[index[j] * ld + b];    \
+            for (int64_t j = 0; j < P; ++j)                                             \
+                out[b * ldo + (column ? column[j] : j)] = src[index[j] * ld + b];       \
     }
 
 PLACE(place8, uint64_t, 8)
 PLACE(place4, uint32_t, 16)
 
 static PyObject *place(PyObject *self, PyObject *args) {
-    unsigned long long src, index, out;
-    long long ld, P, B;
+    unsigned long long src, index, column, out;
+    long long ld, P, B, ldo;
     int itemsize, threads;
-    if (!PyArg_ParseTuple(args, "KLKLLKii", &src, &ld, &index, &P, &B, &out, &itemsize, &threads))
+    if (!PyArg_ParseTuple(args, "KLKKLLKLii", &src, &ld, &index, &column, &P, &B, &out, &ldo, &itemsize,
+                          &threads))
         return NULL;
     if (itemsize != 4 && itemsize != 8) {
         PyErr_SetString(PyExc_ValueError, "place: numbers of 4 or 8 bytes only");
@@ -49,19 +53,20 @@ static PyObject *place(PyObject *self, PyObject *args) {
     }
     Py_BEGIN_ALLOW_THREADS
     if (itemsize == 8)
-        place8((const uint64_t *)(uintptr_t)src, ld, (const int64_t *)(uintptr_t)index, P, B,
-               (uint64_t *)(uintptr_t)out, threads);
+        place8((const uint64_t *)(uintptr_t)src, ld, (const int64_t *)(uintptr_t)index,
+               (const int64_t *)(uintptr_t)column, P, B, (uint64_t *)(uintptr_t)out, ldo, threads);
     else
-        place4((const uint32_t *)(uintptr_t)src, ld, (const int64_t *)(uintptr_t)index, P, B,
-               (uint32_t *)(uintptr_t)out, threads);
+        place4((const uint32_t *)(uintptr_t)src, ld, (const int64_t *)(uintptr_t)index,
+               (const int64_t *)(uintptr_t)column, P, B, (uint32_t *)(uintptr_t)out, ldo, threads);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
     {"place", place, METH_VARARGS,
-     "place(src, ld, index, P, B, out, itemsize, threads): out[b*P + j] = src[index[j]*ld + b] "
-     "(addresses as integers; index int64; numbers of itemsize 4 or 8 bytes)"},
+     "place(src, ld, index, column, P, B, out, ldo, itemsize, threads): "
+     "out[b*ldo + column[j]] = src[index[j]*ld + b] for j < P, b < B (addresses as integers, "
+     "column 0 for column[j] = j; index and column int64; numbers of itemsize 4 or 8 bytes)"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_placement",

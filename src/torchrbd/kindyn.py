@@ -22,6 +22,7 @@ from .algorithms import representation as rep_
 from .algorithms.representation import Representations
 from .errors import InputError, ModelError
 from .model import Model, load_urdf
+from .algorithms import placement
 from .algorithms.batchlast import DENSE_BELOW, batch_last_grad, to_batch_first, writes_into_buffers
 from .algorithms import forward_dynamics
 from .chunking import in_chunks, needs_grad
@@ -401,6 +402,10 @@ class KinDynComputations:
         already has batch-first memory): a user's ``.view`` or next product should not
         meet batch-last strides. The copy of a large result is made into a normal tensor
         under the method's inference mode (:func:`~torchrbd.inference.result_buffer`)."""
+        if x.shape[-1] > 1 and x.is_contiguous():
+            moved = placement.to_batch_first(x, out=result_buffer(x, x.shape[-1], *x.shape[:-1]))
+            if moved is not None:
+                return moved.reshape(*batch_shape, *moved.shape[1:])
         x = to_batch_first(x)
         if not x.is_contiguous():
             out = result_buffer(x, *x.shape)
@@ -495,6 +500,13 @@ class KinDynComputations:
         of the base, the chain's runs and zero blocks between them, which autograd, the
         ``torch.func`` transforms and inductor take as one operator."""
         B, N = base.shape[-1], 6 + model.n
+        if writes_into_buffers(base, chain_cols) and placement.applies(base, B * 6 * N):
+            out = result_buffer(base, B, 6, N)
+            out = base.new_zeros(B, 6, N) if out is None else out.zero_()
+            k, columns, flat = chain_cols.shape[0], kin.chain.jacobian_columns, out.view(B, 6 * N)
+            placement.place(base.reshape(36, B), placement.rows(36), out=flat, columns=columns[:36])
+            placement.place(chain_cols.reshape(6 * k, B), placement.rows(6 * k), out=flat, columns=columns[36:])
+            return out.permute(1, 2, 0)
         if writes_into_buffers(base, chain_cols):
             out = result_buffer(base, B, 6, N)
             out = base.new_zeros(B, 6, N) if out is None else out.zero_()

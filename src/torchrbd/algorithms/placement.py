@@ -2,12 +2,12 @@
 
 The algorithms keep the batch as the last dimension; results leave batch-first. That
 last step is a transpose, often with a gather (the mass matrix places, mirrors and
-zeroes its entries by one index). torch's CPU ``gather`` does it at about 1 ns per
-number here, mostly per-element index work. ``torchrbd._placement`` is a small C loop
-(no torch headers, built with the package; see ``_placement.c``) that takes the
-configurations by whole cache lines of the source, 3-4x faster. It is optional: where
-it was not built, or with ``TORCHRBD_NATIVE=0`` in the environment, the same result
-comes from ``torch.gather``.
+zeroes its entries by one index). torch's CPU ``gather`` and transposing copies take
+about 1 ns per number here, mostly per-element index work. ``torchrbd._placement`` is
+a small C loop (no torch headers, built with the package; see ``_placement.c``) that
+takes the configurations by whole cache lines of the source: about 3x faster. It is
+optional: where it was not built, or with ``TORCHRBD_NATIVE=0`` in the environment,
+the same results come from torch's operators.
 """
 from __future__ import annotations
 
@@ -17,31 +17,83 @@ import torch
 
 try:
     from .. import _placement
-except ImportError:  # built without a C compiler: torch.gather does the same
+except ImportError:  # built without a C compiler: torch's operators do the same
     _placement = None
 
 NATIVE = _placement is not None and os.environ.get("TORCHRBD_NATIVE", "1") != "0"
 """Whether :func:`place` may use the C loop (read at import)."""
 
+PARALLEL_FROM = 32768
+"""Numbers placed from which the loop runs on torch's threads (below, one: starting the
+other threads costs more than they save)."""
 
-def place(src: torch.Tensor, index: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+PAYS_FROM = 32768
+"""Numbers placed from which the loop beats a transposing copy (:func:`applies`): its
+call costs about 10 us of Python, a copy about 1 ns per number (iCub's Jacobian, 174
+rows: 39 against 101 us at B = 256, 48 against 32 us at B = 64)."""
+
+
+def place(src: torch.Tensor, index: torch.Tensor, out: torch.Tensor | None = None,
+          columns: torch.Tensor | None = None) -> torch.Tensor:
     """(B, P) ``src[index[j], b]`` for ``src`` (K, B) batch-last (rows may be padded:
-    any row stride, unit column stride) and ``index`` (P,) int64 row numbers, into
-    ``out`` (B, P) where given. The C loop where it applies (CPU, 4- or 8-byte numbers,
-    nothing to differentiate, not traced), else ``torch.gather`` through the transposed
-    view."""
+    any row stride, unit column stride) and ``index`` (P,) int64 row numbers (not
+    checked: they must be below K), into ``out`` (B, P) where given. With ``columns``
+    (P,) int64, entry j goes to ``out[b, columns[j]]`` of a given ``out`` (B, W) (unit
+    column stride) and the rest of ``out`` is left as it is.
+
+    The C loop where it applies (CPU, 4- or 8-byte numbers, nothing to differentiate,
+    not traced), else ``torch.gather`` through the transposed view."""
     B, P = src.shape[1], index.shape[0]
-    if not _native_applies(src, index, out):
-        return torch.gather(src.t(), 1, index.expand(B, P), out=out)
+    if not _native_applies(src, index, out, columns):
+        taken = torch.gather(src.t(), 1, index.expand(B, P), out=None if columns is not None else out)
+        return taken if columns is None else out.index_copy_(1, columns, taken)
     if out is None:
         out = src.new_empty(B, P)
-    _placement.place(src.data_ptr(), src.stride(0), index.data_ptr(), P, B, out.data_ptr(),
-                     src.element_size(), torch.get_num_threads())
+    threads = torch.get_num_threads() if P * B >= PARALLEL_FROM else 1
+    _placement.place(src.data_ptr(), src.stride(0), index.data_ptr(), 0 if columns is None else columns.data_ptr(),
+                     P, B, out.data_ptr(), out.stride(0), src.element_size(), threads)
     return out
 
 
-def _native_applies(src, index, out) -> bool:
-    return (NATIVE and src.device.type == "cpu" and index.device.type == "cpu" and src.stride(1) == 1
-            and src.element_size() in (4, 8) and index.dtype == torch.int64 and index.is_contiguous()
-            and not (src.requires_grad and torch.is_grad_enabled()) and not torch.compiler.is_compiling()
-            and (out is None or (out.is_contiguous() and out.dtype == src.dtype and out.device == src.device)))
+def to_batch_first(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor | None:
+    """(B, *s) contiguous copy of ``x`` (*s, B) batch-last contiguous, by the C loop
+    (into ``out`` (B, *s) where given); None where the loop does not apply (the caller
+    then copies as before)."""
+    B, numbers = x.shape[-1], x.numel()
+    if not (applies(x, numbers) and x.is_contiguous() and not (x.requires_grad and torch.is_grad_enabled())):
+        return None
+    K = numbers // B
+    flat = place(x.view(K, B), rows(K), out=None if out is None else out.view(B, K))
+    return flat.view(B, *x.shape[:-1])
+
+
+_ROWS = torch.arange(0)
+
+
+def rows(k: int) -> torch.Tensor:
+    """``arange(k)`` (int64, CPU), a view of one kept tensor grown as needed."""
+    global _ROWS
+    if _ROWS.shape[0] < k:
+        with torch.inference_mode(False):  # (a normal tensor, whatever mode the call is in)
+            _ROWS = torch.arange(max(k, 2 * _ROWS.shape[0]))
+    return _ROWS[:k]
+
+
+def applies(like: torch.Tensor, numbers: int) -> bool:
+    """Whether the C loop is worth calling to place ``numbers`` numbers like ``like``
+    (dtype, device) without gradients outside tracing: for callers whose other way is a
+    transposing copy, which is faster for short results (:data:`PAYS_FROM`)."""
+    return (NATIVE and not torch.compiler.is_compiling() and numbers >= PAYS_FROM and like.is_cpu
+            and like.element_size() in (4, 8))
+
+
+def _native_applies(src, index, out=None, columns=None) -> bool:
+    # (a few checks of the Python attributes only: this runs in every call of a method)
+    if not (NATIVE and not torch.compiler.is_compiling() and src.is_cpu and index.is_cpu
+            and index.dtype is torch.int64 and src.stride(1) == 1 and src.element_size() in (4, 8)
+            and not (src.requires_grad and torch.is_grad_enabled())):
+        return False
+    if out is None:
+        return columns is None
+    return (out.dtype is src.dtype and out.is_cpu and out.dim() == 2 and out.stride(1) == 1
+            and out.shape[0] == src.shape[1] and (columns is not None or out.shape[1] == index.shape[0]))

@@ -267,19 +267,23 @@ class Chain:
     first; empty for the base): ``bodies`` and ``dofs`` (k,) long, their coordinates;
     ``columns`` (6+k,) the columns of the generalized velocity that move the body
     (the base's 6, then ``6 + dofs``); ``runs`` the joint columns as runs of consecutive
-    coordinates, ``(first column, position along the chain, length)`` by column."""
+    coordinates, ``(first column, position along the chain, length)`` by column;
+    ``jacobian_columns`` (6 (6+k),) where the rows of the base block (6, 6) and then of
+    the chain's columns (k, 6) go in a row-major (6, 6+n) Jacobian (for
+    :func:`~.placement.place`)."""
 
     bodies: torch.Tensor
     dofs: torch.Tensor
     columns: torch.Tensor
     runs: tuple
+    jacobian_columns: torch.Tensor
 
     def __len__(self) -> int:
         return self.bodies.shape[0]
 
 
 @tensor_cache(256)
-def _chain(parents: tuple, body_dof: tuple, body: int, device: str) -> Chain:
+def _chain(parents: tuple, body_dof: tuple, n: int, body: int, device: str) -> Chain:
     path = []
     while body > 0:
         path.append(body)
@@ -292,11 +296,14 @@ def _chain(parents: tuple, body_dof: tuple, body: int, device: str) -> Chain:
             runs[-1][2] += 1
         else:
             runs.append([6 + d, k, 1])
+    N = 6 + n
+    jacobian_columns = [r * N + c for r in range(6) for c in range(6)] + [r * N + 6 + d for d in dofs for r in range(6)]
     return Chain(
         bodies=torch.tensor(path, dtype=torch.long, device=device),
         dofs=torch.tensor(dofs, dtype=torch.long, device=device),
         columns=torch.tensor(list(range(6)) + [6 + d for d in dofs], dtype=torch.long, device=device),
         runs=tuple(sorted(tuple(r) for r in runs)),
+        jacobian_columns=torch.tensor(jacobian_columns, dtype=torch.long, device=device),
     )
 
 
@@ -307,7 +314,7 @@ def chain(model: Model, body: int) -> Chain:
     not look into an ``lru_cache``, and a chain built while tracing would be rebuilt by
     the compiled graph on every call."""
     return model_cached_entry(
-        model, "_chains", body, lambda: _uncached(_chain)(model.body_parent, model.body_dof, body, str(model.body_rot.device)))
+        model, "_chains", body, lambda: _uncached(_chain)(model.body_parent, model.body_dof, model.n, body, str(model.body_rot.device)))
 
 
 def model_cached(model: Model, name: str, make, depends_on=()):
