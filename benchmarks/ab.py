@@ -21,6 +21,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -43,12 +44,27 @@ def import_old(old: str, where: Path):
         path = where / "src" / "torchrbd"
     package = where / "torchrbd_ab_old"
     shutil.copytree(path, package, ignore=shutil.ignore_patterns("__pycache__"))
+    build_extension(package)
     spec = importlib.util.spec_from_file_location("torchrbd_ab_old", package / "__init__.py",
                                                   submodule_search_locations=[str(package)])
     module = importlib.util.module_from_spec(spec)
     sys.modules["torchrbd_ab_old"] = module
     spec.loader.exec_module(module)
     return module
+
+
+def build_extension(package: Path):
+    """Build the package's optional C loop (``_placement.c``) next to it, as ``pip
+    install`` does, where a revision has one and no built copy came with it: otherwise
+    the old version would silently run without it, and the A/B would time the loop
+    rather than the change."""
+    source = package / "_placement.c"
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    if not source.is_file() or (package / f"_placement{suffix}").is_file():
+        return
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()
+    subprocess.run([*compiler, "-O3", "-fopenmp", "-shared", "-fPIC", f"-I{sysconfig.get_paths()['include']}",
+                    str(source), "-o", str(package / f"_placement{suffix}")], check=True)
 
 
 def cases(kd, frame: str, B: int, dtype) -> dict:

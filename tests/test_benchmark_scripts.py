@@ -58,6 +58,23 @@ def test_ab_compares_two_versions_in_one_process(capsys):
     assert "| M |" in capsys.readouterr().out
 
 
+def test_ab_builds_the_c_loop_of_a_version_that_has_none_built(tmp_path):
+    """A git revision's exported package has the C source but no built loop: ab.py
+    builds it (else the old version would run without it, and the A/B would time the
+    loop rather than the change)."""
+    import shutil
+    import sysconfig
+
+    import torchrbd
+
+    package = tmp_path / "pkg"
+    shutil.copytree(Path(torchrbd.__file__).parent, package, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    built = package / f"_placement{sysconfig.get_config_var('EXT_SUFFIX')}"
+    assert not built.exists()
+    _script("ab")["build_extension"](package)
+    assert built.is_file()
+
+
 def test_traffic_counts_operators_and_bytes(capsys):
     """benchmarks/traffic.py: a batch of one moves little, a longer batch proportionally
     more, and the table groups the operators by function."""
