@@ -90,6 +90,7 @@ def _method_calls(kd, B, dtype):
         "jacobian": lambda: kd.jacobian("l_sole", H, q),
         "bias_force": lambda: kd.bias_force(H, q, v, qd),
         "CoM_jacobian": lambda: kd.CoM_jacobian(H, q),
+        "centroidal_momentum_matrix": lambda: kd.centroidal_momentum_matrix(H, q),
     }
 
 
@@ -97,6 +98,7 @@ def _method_calls(kd, B, dtype):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("method, compiled", [
     ("mass_matrix", False), ("jacobian", False), ("bias_force", False), ("CoM_jacobian", False),
+    ("centroidal_momentum_matrix", False),
     ("mass_matrix", True),  # (compiled code places only the mass matrix by the loop)
 ])
 def test_results_are_the_same_with_and_without_the_c_loop(monkeypatch, compiled, dtype, method):
@@ -123,3 +125,23 @@ def test_results_are_the_same_with_and_without_the_c_loop(monkeypatch, compiled,
     without = call()
     assert not calls
     assert torch.equal(with_loop, without)
+
+
+@pytest.mark.parametrize("shape, memory_order", [
+    ((6, 29, 2048), (0, 1, 2)),  # contiguous
+    ((6, 29, 2048), (1, 0, 2)),  # a transposed result (the centroidal momentum matrix's)
+    ((3, 4, 5, 4096), (2, 0, 1, 3)),
+])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_batch_first_copy_of_permuted_rows(shape, memory_order, dtype):
+    memory = torch.randn(*[shape[d] for d in memory_order]).to(dtype)
+    x = memory.permute(*sorted(range(len(shape)), key=memory_order.__getitem__))
+    assert x.shape == shape
+    expected = x.permute(-1, *range(x.dim() - 1)).contiguous()
+    got = placement.to_batch_first(x)
+    if placement.NATIVE:
+        assert got is not None and got.is_contiguous() and torch.equal(got, expected)
+    else:
+        assert got is None
+    strided = torch.randn(shape[0], 2 * shape[1], shape[2]).to(dtype)[:, ::2]  # (rows not one block of memory)
+    assert placement.to_batch_first(strided) is None

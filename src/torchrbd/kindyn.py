@@ -402,7 +402,7 @@ class KinDynComputations:
         already has batch-first memory): a user's ``.view`` or next product should not
         meet batch-last strides. The copy of a large result is made into a normal tensor
         under the method's inference mode (:func:`~torchrbd.inference.result_buffer`)."""
-        if x.shape[-1] > 1 and x.is_contiguous():
+        if x.shape[-1] > 1:
             moved = placement.to_batch_first(x, out=result_buffer(x, x.shape[-1], *x.shape[:-1]))
             if moved is not None:
                 return moved.reshape(*batch_shape, *moved.shape[1:])

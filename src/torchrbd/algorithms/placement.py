@@ -11,6 +11,8 @@ the same results come from torch's operators.
 """
 from __future__ import annotations
 
+import functools
+import math
 import os
 
 import torch
@@ -56,15 +58,33 @@ def place(src: torch.Tensor, index: torch.Tensor, out: torch.Tensor | None = Non
 
 
 def to_batch_first(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor | None:
-    """(B, *s) contiguous copy of ``x`` (*s, B) batch-last contiguous, by the C loop
-    (into ``out`` (B, *s) where given); None where the loop does not apply (the caller
-    then copies as before)."""
+    """(B, *s) contiguous copy of ``x`` (*s, B), batch-last: contiguous, or a view of
+    contiguous memory with its leading dimensions permuted (a transposed result), by
+    the C loop (into ``out`` (B, *s) where given); None where the loop does not apply
+    (the caller then copies as before)."""
     B, numbers = x.shape[-1], x.numel()
-    if not (applies(x, numbers) and x.is_contiguous() and not (x.requires_grad and torch.is_grad_enabled())):
+    if not (applies(x, numbers) and x.stride(-1) == 1 and not (x.requires_grad and torch.is_grad_enabled())):
         return None
-    K = numbers // B
-    flat = place(x.view(K, B), rows(K), out=None if out is None else out.view(B, K))
-    return flat.view(B, *x.shape[:-1])
+    lead = x.shape[:-1]
+    if x.is_contiguous():
+        index = rows(numbers // B)
+    else:
+        order = tuple(sorted(range(len(lead)), key=lambda d: -x.stride(d)))  # (the dimensions in memory order)
+        memory = x.permute(*order, -1)
+        if not memory.is_contiguous():
+            return None
+        x, index = memory, _permuted_rows(tuple(memory.shape[:-1]), order)
+    flat = place(x.view(numbers // B, B), index, out=None if out is None else out.view(B, numbers // B))
+    return flat.view(B, *lead)
+
+
+@functools.lru_cache(maxsize=64)
+def _permuted_rows(shape: tuple, order: tuple) -> torch.Tensor:
+    """Row numbers of contiguous (*shape, B) memory in the order of its view whose
+    dimension d is the memory's dimension ``order[d]``."""
+    inverse = sorted(range(len(order)), key=order.__getitem__)
+    with torch.inference_mode(False):
+        return torch.arange(math.prod(shape)).view(shape).permute(*inverse).reshape(-1)
 
 
 _ROWS = torch.arange(0)
