@@ -201,16 +201,21 @@ def test_bench_without_pinocchio_reports_configurations_per_second(capsys):
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="mallopt is glibc's")
-def test_bench_says_which_allocator_it_ran_with():
+def test_bench_says_which_allocator_and_placement_it_ran_with():
     code = "from torchrbd.cli import main; main(['bench', '--quick'])"
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "TORCHRBD_TUNE_MALLOC"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr
     assert "glibc allocator tuned by torchrbd" in done.stdout
+    from torchrbd.algorithms import placement
+
+    assert ("C placement loop built" in done.stdout) == (placement._placement is not None)
     env["TORCHRBD_TUNE_MALLOC"] = "0"
+    env["TORCHRBD_NATIVE"] = "0"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr
     assert "allocator: the process default" in done.stdout
+    assert "C placement loop not in use" in done.stdout
 
 
 def test_console_script_entry_point():

@@ -289,6 +289,7 @@ def main(argv=None) -> list:
         args.robot, args.batch, args.repeat, args.no_adam = "arm7", [8], 2, True
     if args.threads:
         torch.set_num_threads(args.threads)
+    from .algorithms import placement
     from .perf import allocator_tuned
 
     dtype = torch.float32 if args.dtype == "float32" else torch.float64
@@ -306,6 +307,8 @@ def main(argv=None) -> list:
         f"torch {torch.__version__}, {torch.get_num_threads()} threads"
         + ("; glibc allocator tuned by torchrbd (TORCHRBD_TUNE_MALLOC=0 to compare)" if allocator_tuned()
            else "; allocator: the process default")
+        + ("; C placement loop built (TORCHRBD_NATIVE=0 to compare)" if placement.NATIVE
+           else "; C placement loop not in use (torch's gather instead)")
     )
     rows = []
     for B in args.batch:
