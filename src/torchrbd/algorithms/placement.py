@@ -29,10 +29,10 @@ PARALLEL_FROM = 32768
 """Numbers placed from which the loop runs on torch's threads (below, one: starting the
 other threads costs more than they save)."""
 
-PAYS_FROM = 32768
+PAYS_FROM = 4096
 """Numbers placed from which the loop beats a transposing copy (:func:`applies`): its
-call costs about 10 us of Python, a copy about 1 ns per number (iCub's Jacobian, 174
-rows: 39 against 101 us at B = 256, 48 against 32 us at B = 64)."""
+call costs about 10 us of Python, a copy about 1 ns per number (29 rows: 20 against 26
+us at B = 256, 14 against 11 us at B = 64; 174 rows at B = 64: 22 against 30 us)."""
 
 
 def place(src: torch.Tensor, index: torch.Tensor, out: torch.Tensor | None = None,
@@ -51,31 +51,31 @@ def place(src: torch.Tensor, index: torch.Tensor, out: torch.Tensor | None = Non
         return taken if columns is None else out.index_copy_(1, columns, taken)
     if out is None:
         out = src.new_empty(B, P)
-    threads = torch.get_num_threads() if P * B >= PARALLEL_FROM else 1
-    _placement.place(src.data_ptr(), src.stride(0), index.data_ptr(), 0 if columns is None else columns.data_ptr(),
-                     P, B, out.data_ptr(), out.stride(0), src.element_size(), threads)
+    _run(src, src.stride(0), index, columns, B, out, out.stride(0))
     return out
 
 
 def to_batch_first(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor | None:
     """(B, *s) contiguous copy of ``x`` (*s, B), batch-last: contiguous, or a view of
     contiguous memory with its leading dimensions permuted (a transposed result), by
-    the C loop (into ``out`` (B, *s) where given); None where the loop does not apply
-    (the caller then copies as before)."""
+    the C loop (into ``out`` (B, *s), contiguous, where given); None where the loop does
+    not apply (the caller then copies as before)."""
     B, numbers = x.shape[-1], x.numel()
     if not (applies(x, numbers) and x.stride(-1) == 1 and not (x.requires_grad and torch.is_grad_enabled())):
         return None
-    lead = x.shape[:-1]
+    lead, K = x.shape[:-1], numbers // B
     if x.is_contiguous():
-        index = rows(numbers // B)
+        index = rows(K)
     else:
         order = tuple(sorted(range(len(lead)), key=lambda d: -x.stride(d)))  # (the dimensions in memory order)
-        memory = x.permute(*order, -1)
-        if not memory.is_contiguous():
+        x = x.permute(*order, -1)
+        if not x.is_contiguous():
             return None
-        x, index = memory, _permuted_rows(tuple(memory.shape[:-1]), order)
-    flat = place(x.view(numbers // B, B), index, out=None if out is None else out.view(B, numbers // B))
-    return flat.view(B, *lead)
+        index = _permuted_rows(tuple(x.shape[:-1]), order)
+    if out is None:
+        out = x.new_empty(B, *lead)
+    _run(x, B, index, None, B, out, K)
+    return out
 
 
 @functools.lru_cache(maxsize=64)
@@ -87,16 +87,19 @@ def _permuted_rows(shape: tuple, order: tuple) -> torch.Tensor:
         return torch.arange(math.prod(shape)).view(shape).permute(*inverse).reshape(-1)
 
 
-_ROWS = torch.arange(0)
-
-
+@functools.lru_cache(maxsize=64)
 def rows(k: int) -> torch.Tensor:
-    """``arange(k)`` (int64, CPU), a view of one kept tensor grown as needed."""
-    global _ROWS
-    if _ROWS.shape[0] < k:
-        with torch.inference_mode(False):  # (a normal tensor, whatever mode the call is in)
-            _ROWS = torch.arange(max(k, 2 * _ROWS.shape[0]))
-    return _ROWS[:k]
+    """``arange(k)`` (int64, CPU), kept."""
+    with torch.inference_mode(False):  # (a normal tensor, whatever mode the call is in)
+        return torch.arange(k)
+
+
+def _run(src, ld: int, index, columns, B: int, out, ldo: int) -> None:
+    """The C loop on tensors whose layout the caller checked (see ``_placement.c``)."""
+    P = index.shape[0]
+    threads = torch.get_num_threads() if P * B >= PARALLEL_FROM else 1
+    _placement.place(src.data_ptr(), ld, index.data_ptr(), 0 if columns is None else columns.data_ptr(),
+                     P, B, out.data_ptr(), ldo, src.element_size(), threads)
 
 
 def applies(like: torch.Tensor, numbers: int) -> bool:
