@@ -118,5 +118,7 @@ def _native_applies(src, index, out=None, columns=None) -> bool:
         return False
     if out is None:
         return columns is None
+    if columns is not None and not (columns.is_cpu and columns.dtype is torch.int64 and columns.is_contiguous()):
+        return False
     return (out.dtype is src.dtype and out.is_cpu and out.dim() == 2 and out.stride(1) == 1
             and out.shape[0] == src.shape[1] and (columns is not None or out.shape[1] == index.shape[0]))
