@@ -500,16 +500,14 @@ class KinDynComputations:
         of the base, the chain's runs and zero blocks between them, which autograd, the
         ``torch.func`` transforms and inductor take as one operator."""
         B, N = base.shape[-1], 6 + model.n
-        if writes_into_buffers(base, chain_cols) and placement.applies(base, B * 6 * N):
-            out = result_buffer(base, B, 6, N)
-            out = base.new_zeros(B, 6, N) if out is None else out.zero_()
-            k, columns, flat = chain_cols.shape[0], kin.chain.jacobian_columns, out.view(B, 6 * N)
-            placement.place(base.reshape(36, B), placement.rows(36), out=flat, columns=columns[:36])
-            placement.place(chain_cols.reshape(6 * k, B), placement.rows(6 * k), out=flat, columns=columns[36:])
-            return out.permute(1, 2, 0)
         if writes_into_buffers(base, chain_cols):
             out = result_buffer(base, B, 6, N)
             out = base.new_zeros(B, 6, N) if out is None else out.zero_()
+            if placement.applies(base, B * 6 * N):  # (the C loop: base rows, then the chain's)
+                k, columns, flat = chain_cols.shape[0], kin.chain.jacobian_columns, out.view(B, 6 * N)
+                placement.place(base.reshape(36, B), placement.rows(36), out=flat, columns=columns[:36])
+                placement.place(chain_cols.reshape(6 * k, B), placement.rows(6 * k), out=flat, columns=columns[36:])
+                return out.permute(1, 2, 0)
             out[:, :, :6].copy_(base.permute(2, 0, 1))
             cols = chain_cols.permute(2, 1, 0)  # (B, 6, k)
             for col, k, length in kin.chain.runs:

@@ -106,14 +106,18 @@ def applies(like: torch.Tensor, numbers: int) -> bool:
     """Whether the C loop is worth calling to place ``numbers`` numbers like ``like``
     (dtype, device) without gradients outside tracing: for callers whose other way is a
     transposing copy, which is faster for short results (:data:`PAYS_FROM`)."""
-    return (NATIVE and not torch.compiler.is_compiling() and numbers >= PAYS_FROM and like.is_cpu
-            and like.element_size() in (4, 8))
+    return numbers >= PAYS_FROM and _loop_reads(like)
+
+
+def _loop_reads(like: torch.Tensor) -> bool:
+    """Whether the loop is in use and can copy numbers like ``like`` (CPU, 4 or 8 bytes,
+    outside tracing)."""
+    return NATIVE and not torch.compiler.is_compiling() and like.is_cpu and like.element_size() in (4, 8)
 
 
 def _native_applies(src, index, out=None, columns=None) -> bool:
     # (a few checks of the Python attributes only: this runs in every call of a method)
-    if not (NATIVE and not torch.compiler.is_compiling() and src.is_cpu and index.is_cpu
-            and index.dtype is torch.int64 and src.stride(1) == 1 and src.element_size() in (4, 8)
+    if not (_loop_reads(src) and index.is_cpu and index.dtype is torch.int64 and src.stride(1) == 1
             and not (src.requires_grad and torch.is_grad_enabled())):
         return False
     if out is None:
