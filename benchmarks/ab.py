@@ -67,10 +67,27 @@ def build_extension(package: Path):
                     str(source), "-o", str(package / f"_placement{suffix}")], check=True)
 
 
+def _base_poses(B: int, dtype) -> torch.Tensor:
+    """(B, 4, 4) seeded base poses: rotations about a tilted axis, positions within a metre."""
+    g = torch.Generator().manual_seed(1)
+    angle = torch.rand(B, generator=g, dtype=torch.float64) * 6.0
+    axis = torch.nn.functional.normalize(torch.tensor([0.3, -0.5, 0.8], dtype=torch.float64), dim=0)
+    K = torch.zeros(3, 3, dtype=torch.float64)
+    K[0, 1], K[0, 2], K[1, 2] = -axis[2], axis[1], -axis[0]
+    K = K - K.t()
+    s, c = angle.sin()[:, None, None], angle.cos()[:, None, None]
+    H = torch.eye(4, dtype=torch.float64).repeat(B, 1, 1)
+    H[:, :3, :3] = torch.eye(3, dtype=torch.float64) + s * K + (1 - c) * (K @ K)  # Rodrigues
+    H[:, :3, 3] = torch.rand(B, 3, generator=g, dtype=torch.float64) - 0.5
+    return H.to(dtype)
+
+
 def cases(kd, frame: str, B: int, dtype) -> dict:
     """{name: callable} for one KinDynComputations at batch size B (the benchmark's
-    fixed inputs, :func:`torchrbd.bench.inputs`)."""
+    fixed inputs, :func:`torchrbd.bench.inputs`, but for base poses away from the
+    identity, under which every velocity representation gives the same numbers)."""
     H, q, nu, qd, tau = inputs(kd.NDoF, B, dtype)
+    H = _base_poses(B, dtype)
 
     def fwd_bwd(f):
         def run():
@@ -112,6 +129,10 @@ def per_call(fn, calls: int) -> float:
     return (time.perf_counter() - t0) / calls
 
 
+REPRESENTATIONS = {"mixed": "MIXED_REPRESENTATION", "body": "BODY_FIXED_REPRESENTATION",
+                   "inertial": "INERTIAL_FIXED_REPRESENTATION"}
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(prog="ab", description=__doc__.splitlines()[0])
     ap.add_argument("--old", required=True, help="git revision of this repository, or a torchrbd package directory")
@@ -123,6 +144,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--calls", type=int, default=10, help="calls per sample (a third of it for forward+backward)")
     ap.add_argument("--only", default=None, help="comma-separated subset of M,h,aba,J,FK,CMM,G,CoM,Jcom,LP,fb,Mfb,hfb,Jfb,Gfb")
     ap.add_argument("--compile", action="store_true", help="time both versions' compiled copies (kd.compiled())")
+    ap.add_argument("--representation", choices=["mixed", "body", "inertial"], default="mixed",
+                    help="the velocity representation of both versions (default: adam's, MIXED)")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -135,6 +158,9 @@ def main(argv=None) -> dict:
         old_pkg = import_old(args.old, Path(tmp))
         kds = {"old": old_pkg.KinDynComputations(str(path), joints, dtype=dtype),
                "new": torchrbd.KinDynComputations(str(path), joints, dtype=dtype)}
+        for side, kd in kds.items():
+            package = old_pkg if side == "old" else torchrbd
+            kd.set_frame_velocity_representation(getattr(package.Representations, REPRESENTATIONS[args.representation]))
         if args.compile:  # the first call of each quantity compiles (tens of seconds each)
             kds = {side: kd.compiled() for side, kd in kds.items()}
         runs = {name: cases(kd, frame, args.batch, dtype) for name, kd in kds.items()}
@@ -150,6 +176,7 @@ def main(argv=None) -> dict:
                 for side in ("old", "new") if r % 2 == 0 else ("new", "old"):
                     samples[k][side].append(per_call(runs[side][k], calls))
     print(f"# in-process A/B{' (compiled)' if args.compile else ''}: {args.robot}, B = {args.batch}, {args.dtype}, "
+          f"{args.representation} representation, "
           f"{torch.get_num_threads()} threads, {args.rounds} rounds; old = {args.old}")
     print("| quantity | old | new | new / old | paired |\n|---|---|---|---|---|")
     ratios = {}

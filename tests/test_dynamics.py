@@ -143,6 +143,30 @@ def test_batch_sizes_with_their_own_code_match_pinocchio(robot, rng, rep, B):
         close(a[b], robot.pin.aba(rep, Hs[b], q[b], nu[b], qd[b], tau[b]), rtol=1e-8)
 
 
+@pytest.mark.parametrize("path", ["by_bodies", "from_entries"])
+@pytest.mark.parametrize("rep", [r for r in REPRESENTATIONS if not r.name.startswith("MIXED")], ids=REP_IDS)
+def test_long_batch_mass_matrix_in_other_representations(robot, rng, rep, path, monkeypatch):
+    """A long batch without gradients makes the mass matrix from its distinct entries,
+    in the bodies' order or (a model whose bodies are not one per coordinate) the
+    coordinates'; in BODY_FIXED and INERTIAL_FIXED its base rows are then taken to the
+    representation in place (``crba._base_rows_in_representation``). Every
+    configuration against Pinocchio, counting that the transformation ran."""
+    from torchrbd.algorithms import crba
+
+    if path == "from_entries":  # what models with several coordinates on a body take
+        monkeypatch.setattr(crba, "_by_bodies", lambda *args: False)
+    calls = []
+    transform = crba._base_rows_in_representation
+    monkeypatch.setattr(crba, "_base_rows_in_representation", lambda *a: calls.append(1) or transform(*a))
+    robot.kd.set_frame_velocity_representation(rep)
+    Hs, q, _, _ = sample(robot, rng, DENSE_BELOW)
+    with torch.no_grad():
+        M = robot.kd.mass_matrix(torch.tensor(Hs), torch.tensor(q))
+    assert calls == [1]
+    for b in range(DENSE_BELOW):
+        close(M[b], robot.pin.mass_matrix(rep, Hs[b], q[b]))
+
+
 @pytest.mark.parametrize("B", [1, 5, DENSE_BELOW])
 def test_batch_sizes_with_their_own_code_on_random_trees(B):
     """The same two code paths on random trees (prismatic, continuous and fixed joints,

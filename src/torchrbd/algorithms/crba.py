@@ -31,30 +31,34 @@ def mass_matrix(model, kin: Kinematics, inertia: SpatialInertia, T=None, own_ine
     """(B, 6+n, 6+n) the joint-space inertia from whole-tree kinematics and the bodies'
     world inertias (:func:`~.inertia.world_inertias`), in the representation whose
     base-velocity map is ``T`` (None: the internal one, MIXED): :func:`mass_matrix_top`
-    then :func:`assemble`, or for long eager batches without gradients in the internal
-    representation :func:`_mass_matrix_by_bodies`. ``own_inertia``: ``inertia`` is the
+    then :func:`assemble`, or for long eager batches without gradients
+    :func:`_mass_matrix_by_bodies`. ``own_inertia``: ``inertia`` is the
     caller's own, not used again (its sums may overwrite it)."""
-    if T is None and _by_bodies(model, kin, inertia):
-        return _mass_matrix_by_bodies(model, kin, inertia, own_inertia)
+    if _by_bodies(model, kin, inertia, T):
+        return _mass_matrix_by_bodies(model, kin, inertia, own_inertia, T)
     Mbb, F, S = mass_matrix_top(model, kin, inertia)
     return assemble(model, Mbb, F, S, T)
 
 
-def _by_bodies(model, kin: Kinematics, inertia: SpatialInertia) -> bool:
+def _by_bodies(model, kin: Kinematics, inertia: SpatialInertia, T=None) -> bool:
     """Whether :func:`_mass_matrix_by_bodies` runs: a long batch (the component-wise
     products), eager and outside autograd, bodies stored level by level (the sweeps),
     one body per coordinate besides the base."""
     return (kin.S is not None and kin.S.shape[-1] >= DENSE_BELOW and model.nbody == model.n + 1
-            and topology(model).unsort is None and writes_into_buffers(kin.S, inertia.h, inertia.J))
+            and topology(model).unsort is None
+            and writes_into_buffers(kin.S, inertia.h, inertia.J, *(() if T is None else (T,))))
 
 
-def _mass_matrix_by_bodies(model, kin: Kinematics, inertia: SpatialInertia, own_inertia: bool) -> torch.Tensor:
+def _mass_matrix_by_bodies(model, kin: Kinematics, inertia: SpatialInertia, own_inertia: bool,
+                           T=None) -> torch.Tensor:
     """:func:`mass_matrix` in the bodies' order: the composite inertias summed by a
     sweep of the levels (no product with the subtree mask, whose rows are in coordinate
     order), the coupling columns ``F = Ic S`` of the bodies' own motion subspaces
     (``kin.S``, no gather into coordinate order) written straight into the distinct
     entries, and the placing gather (``Topology.mass_matrix_body_place``) reading them in
-    coordinate order. Otherwise as :func:`_assemble_from_entries`."""
+    coordinate order. Otherwise as :func:`_assemble_from_entries`. In another
+    representation (``T`` (6, 6, B)) only the base rows change: see
+    :func:`_base_rows_in_representation`."""
     topo = topology(model)
     n, B = model.n, kin.S.shape[-1]
     N, K = 6 + n, topo.mass_matrix_entries.shape[0]
@@ -72,8 +76,22 @@ def _mass_matrix_by_bodies(model, kin: Kinematics, inertia: SpatialInertia, own_
     if model.has_armature:  # rotor inertia on the joints' diagonal
         armature = model.armature.index_select(0, topo.dof_of_body_row)
         P.index_add_(0, topo.mass_matrix_body_joint_diagonal - k, armature[:, None].expand(n, B))
+    if T is not None:  # (after the products above, which read F in the base rows)
+        _base_rows_in_representation(base, T)
     DT[k + kp:].zero_()  # G's zero, where some coordinates are unrelated
     return _place(DT, topo.mass_matrix_body_place).view(B, N, N)
+
+
+def _base_rows_in_representation(base: torch.Tensor, T: torch.Tensor) -> None:
+    """The mass matrix's base rows ``[Mbb | F^T]`` (6, 6+n, B) in the internal
+    representation overwritten by ``T^T [Mbb T | F^T]``, those of the representation
+    whose base-velocity map is ``T`` (6, 6, B); the joints' block does not change. Two
+    batch-last products of 6 multiply-adds, where the batched product of the whole of G
+    in :func:`assemble` runs one library call per configuration (iCub, B = 1024, BODY_FIXED
+    mass matrix: see docs/performance.md)."""
+    Mbb = base[:, :6]
+    Mbb.copy_(matmul(Mbb, T))  # (the product reads Mbb: written to a fresh tensor first)
+    base.copy_(matmul(T.transpose(0, 1), base))
 
 
 def mass_matrix_top(model, kin: Kinematics, inertia: SpatialInertia):
@@ -122,8 +140,8 @@ def assemble(model, Mbb, F, S, T=None) -> torch.Tensor:
     else:
         top, right = T.transpose(0, 1), matmul(Mbb, T)
     wants_grad = any(x.requires_grad for x in (Mbb, F, S, T) if x is not None)
-    if T is None and B > 1 and writes_into_buffers(Mbb, F, S):  # (eager, no autograd of any kind)
-        return _assemble_from_entries(model, Mbb, F, S)
+    if (T is None and B > 1 or B >= DENSE_BELOW) and writes_into_buffers(Mbb, F, S, *(() if T is None else (T,))):
+        return _assemble_from_entries(model, Mbb, F, S, T)  # (eager, no autograd of any kind)
     if torch.compiler.is_compiling() and not wants_grad:
         # Only G's distinct entries (K, a third of G for iCub) as batch-last
         # multiply-sums, which inductor vectorises (a bmm on CPU would run one small
@@ -187,12 +205,15 @@ def _assemble_one(model, Mbb, F, S, T) -> torch.Tensor:
     return torch.index_select(G.view(-1), 0, index, out=result_buffer(G, N * N)).view(1, N, N)
 
 
-def _assemble_from_entries(model, Mbb, F, S) -> torch.Tensor:
-    """:func:`assemble` in the internal representation, eager, without gradients: G's
-    distinct entries, batch-last (its base rows copied from ``Mbb`` and ``F``, the
-    products ``S_a . F_b`` of supporting pairs as multiply-sums), then the same placing
-    gather, reading them through a transposed view. A batched product of the whole of
-    G spends most of its time on the per-matrix calls of a library.
+def _assemble_from_entries(model, Mbb, F, S, T=None) -> torch.Tensor:
+    """:func:`assemble` eager, without gradients: G's distinct entries, batch-last (its
+    base rows copied from ``Mbb`` and ``F``, then taken to the representation of ``T``
+    where given, the products ``S_a . F_b`` of supporting pairs as multiply-sums), then
+    the same placing gather, reading them through a transposed view. A batched product
+    of the whole of G spends most of its time on the per-matrix calls of a library
+    (for a representation other than the internal one, that product stays the faster
+    way below ``DENSE_BELOW`` configurations: two products of six multiply-adds each
+    are more operators).
 
     The gather writes batch-first rows and reads one entry from each of K batch-last
     rows per configuration: eight consecutive configurations share those K cache lines
@@ -215,6 +236,8 @@ def _assemble_from_entries(model, Mbb, F, S) -> torch.Tensor:
     P = gathered_dots(S, a, F, b, out=DT[k:k + kp])  # (k', B) S_a . F_b
     if model.has_armature:  # rotor inertia on the joints' diagonal
         P.index_add_(0, topo.mass_matrix_joint_diagonal - k, model.armature[:, None].expand(n, B))
+    if T is not None:
+        _base_rows_in_representation(base, T)
     DT[k + kp:].zero_()  # G's zero, where some coordinates are unrelated
     return _place(DT, topo.mass_matrix_place).view(B, N, N)
 
