@@ -108,6 +108,7 @@ def cases(kd, frame: str, B: int, dtype) -> dict:
         "aba": nograd(lambda: kd.aba(H, q, nu, qd, tau)),
         "J": nograd(lambda: kd.jacobian(frame, H, q)),
         "FK": nograd(lambda: kd.forward_kinematics(frame, H, q)),
+        "Jd": nograd(lambda: kd.jacobian_dot(frame, H, q, nu, qd)),
         "CMM": nograd(lambda: kd.centroidal_momentum_matrix(H, q)),
         "G": nograd(lambda: kd.gravity_term(H, q)),
         "CoM": nograd(lambda: kd.CoM_position(H, q)),
@@ -142,7 +143,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--calls", type=int, default=10, help="calls per sample (a third of it for forward+backward)")
-    ap.add_argument("--only", default=None, help="comma-separated subset of M,h,aba,J,FK,CMM,G,CoM,Jcom,LP,fb,Mfb,hfb,Jfb,Gfb")
+    ap.add_argument("--only", default=None, help="comma-separated subset of M,h,aba,J,FK,Jd,CMM,G,CoM,Jcom,LP,fb,Mfb,hfb,Jfb,Gfb")
     ap.add_argument("--compile", action="store_true", help="time both versions' compiled copies (kd.compiled())")
     ap.add_argument("--representation", choices=["mixed", "body", "inertial"], default="mixed",
                     help="the velocity representation of both versions (default: adam's, MIXED)")

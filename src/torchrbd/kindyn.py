@@ -551,7 +551,7 @@ class KinDynComputations:
         cols = alg.chain_columns(kin)  # J's nonzero columns about the base origin
         rates, VF = alg.chain_column_rates(kin, rep_.to_internal(rep, R, p, nu), qd)
         JX = rep_.twists_to_rep(rep, cols[:6], RF, pF, p)  # X J, base columns
-        Jd = rep_.twists_to_rep_dot(rep, cols, RF, pF, VF) + rep_.twists_to_rep(rep, rates, RF, pF, p)  # d/dt (X J)
+        Jd = rep_.twists_to_rep_rate(rep, cols, rates, RF, pF, VF, p)  # d/dt (X J)
         base = rep_.rows_times_T(rep, Jd[:6].transpose(0, 1), R, p)
         base = base + rep_.rows_times_T_dot(rep, JX.transpose(0, 1), R, p, nu)
         return self._out(self._chain_scatter(model, kin, base, Jd[6:]), bs)

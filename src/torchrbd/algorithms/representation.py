@@ -31,7 +31,7 @@ from enum import Enum
 import torch
 
 from ..inference import tensor_cache
-from .batchlast import cross, halves, mtv, mv
+from .batchlast import cross, halves, mtv, mv, pair
 from .topology import _uncached
 
 
@@ -195,6 +195,25 @@ def twists_to_rep_dot(rep, V, R_F, r_F, V_F):
     new_lin = -cross(w_b, mtv(R_F, y_lin)) + mtv(R_F, d_lin)
     new_ang = -cross(w_b, mtv(R_F, ang))
     return torch.cat([new_lin, new_ang], 1)
+
+
+def twists_to_rep_rate(rep, V, V_rate, R_F, r_F, V_F, pB):
+    """``d/dt (X V)`` (c, 6, B) for internal twists V (c, 6, B) changing at ``V_rate``, X
+    as in :func:`twists_to_rep`; ``V_F`` (6, B) the frame's internal twist.
+
+    BODY_FIXED's X is MIXED's ``Y = X_mixed V`` seen in the frame's axes, ``R_F^T Y``
+    (each half), whose rate is ``R_F^T (Ydot - w x Y)`` with w the frame's angular
+    velocity (world axes): MIXED's rate, one cross product and one rotation, where the
+    rotations of each term took four times the operators (iCub's l_sole Jacobian rate,
+    B = 1024: see docs/performance.md)."""
+    if rep == INERTIAL:  # X constant in time
+        return twists_to_rep(rep, V_rate, R_F, r_F, pB)
+    Y_rate = twists_to_rep_dot(MIXED, V, R_F, r_F, V_F) + twists_to_rep(MIXED, V_rate, R_F, r_F, pB)
+    if rep == MIXED:
+        return Y_rate
+    Y = pair(twists_to_rep(MIXED, V, R_F, r_F, pB))  # (c, 2, 3, B)
+    Z = Y_rate.reshape(Y.shape) - cross(V_F[3:], Y)
+    return mtv(R_F, Z).reshape(V.shape)
 
 
 def momentum_to_centroidal(rep, H, R_base, com):
