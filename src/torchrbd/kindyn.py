@@ -466,7 +466,7 @@ class KinDynComputations:
         """(..., 6, 6+n): frame velocity (in the representation) from the generalized velocity."""
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
         model.frame(frame)
-        kin, R, p = self._state(model, a, frame, subspaces=self._rep != rep_.MIXED)  # (MIXED: made about the frame)
+        kin, R, p = self._state(model, a, frame, subspaces=self._rep == rep_.INERTIAL)  # (the others: made about the frame)
         return self._out(self._frame_jacobian(model, kin, R, p, frame), bs)
 
     def _frame_jacobian(self, model, kin, R, p, frame):
@@ -476,12 +476,15 @@ class KinDynComputations:
         nonzero: convert those (as twists, then the base block by T) and scatter them."""
         rep = self._rep
         _, RF, pF = alg.frame_pose(model, kin, frame, rotation=rep == rep_.BODY)  # (the other two need no R_F)
-        if rep == rep_.MIXED:
+        if rep != rep_.INERTIAL:
             # X maps a twist about O to the same twist about the frame origin: the
             # chain's subspaces are made about that point, and the base block is X itself
+            # (BODY_FIXED: both then turned into the frame's axes)
             chain = kin.chain
             cols = (alg.motion_subspaces(model, kin.R, kin.p, chain.bodies, origin=pF) if len(chain)
                     else pF.new_zeros(0, 6, pF.shape[-1]))
+            if rep == rep_.BODY:
+                return self._chain_scatter(model, kin, *rep_.body_frame_jacobian(cols, RF, pF, R))
             return self._chain_scatter(model, kin, rep_.mixed_base_rows(pF), cols)
         cols = rep_.twists_to_rep(rep, alg.chain_columns(kin), RF, pF, p)  # (6+k, 6, B)
         base = rep_.rows_times_T(rep, cols[:6].transpose(0, 1), R, p)

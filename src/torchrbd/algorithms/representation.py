@@ -175,6 +175,36 @@ def mixed_base_rows(r_F: torch.Tensor) -> torch.Tensor:
     return values.index_select(0, _uncached(_mixed_base_entries)(str(r_F.device))).view(6, 6, B)
 
 
+def body_frame_jacobian(chain_cols: torch.Tensor, R_F: torch.Tensor, r_F: torch.Tensor, R: torch.Tensor):
+    """A frame's BODY_FIXED Jacobian pieces, (6, 6, B) rows over the base columns and
+    (k, 6, B) the chain's columns, from its MIXED chain columns ``chain_cols`` (twists
+    about the frame origin ``r_F`` (3, B) relative to the base, world axes), the frame's
+    rotation ``R_F`` and the base's ``R`` (3, 3, B). The frame's twist in its own axes
+    is ``R_F^T`` on each half of the MIXED one, and the base's MIXED velocity is
+    ``T = [[R, 0], [0, R]]`` times its BODY one, so the base rows become ``[[Q, -R_F^T [r_F]x R], [0, Q]]``, ``Q = R_F^T R``
+    (one product of R_F^T with R's columns and their cross products with r_F, then one
+    gather), and the chain's columns ``R_F^T`` on each half."""
+    B = r_F.shape[-1]
+    columns = R.transpose(0, 1)  # R's columns (3, 3, B)
+    V = mtv(R_F, torch.cat([columns, cross(r_F, columns)]))  # (6, 3, B): Q's columns, then R_F^T [r_F]x R's
+    values = torch.cat([V.new_zeros(1, B), V.reshape(18, B), V[3:].neg().reshape(9, B)])  # (28, B)
+    base = values.index_select(0, _uncached(_body_base_entries)(str(r_F.device))).view(6, 6, B)
+    k = chain_cols.shape[0]
+    return base, mtv(R_F, pair(chain_cols)).reshape(k, 6, B)
+
+
+@tensor_cache(8)
+def _body_base_entries(device: str) -> torch.Tensor:
+    """(36,) where each entry of :func:`body_frame_jacobian`'s base rows sits in its
+    values ``(0, V, -V[3:])``, V (6, 3) holding the columns of Q and of R_F^T [r_F]x R."""
+    rows = [[0] * 6 for _ in range(6)]
+    for i in range(3):
+        for j in range(3):
+            rows[i][j] = rows[3 + i][3 + j] = 1 + 3 * j + i  # Q[i, j] = V[j, i]
+            rows[i][3 + j] = 19 + 3 * j + i  # -V[3 + j, i]
+    return torch.tensor(rows, device=device).flatten()
+
+
 @tensor_cache(8)
 def _mixed_base_entries(device: str) -> torch.Tensor:
     """(36,) where each entry of ``[[1, -[r]x], [0, 1]]`` sits in ``(0, 1, r, -r)``
