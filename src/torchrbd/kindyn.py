@@ -466,29 +466,33 @@ class KinDynComputations:
         """(..., 6, 6+n): frame velocity (in the representation) from the generalized velocity."""
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
         model.frame(frame)
-        kin, R, p = self._state(model, a, frame, subspaces=self._rep == rep_.INERTIAL)  # (the others: made about the frame)
+        kin, R, p = self._state(model, a, frame, subspaces=False)  # (made about the point the representation takes)
         return self._out(self._frame_jacobian(model, kin, R, p, frame), bs)
 
     def _frame_jacobian(self, model, kin, R, p, frame):
         """(6, 6+n, B) Jacobian of ``frame`` in the representation from chain kinematics
-        (:func:`~torchrbd.algorithms.chain_forward` or ``chain_rows``; in MIXED ``kin.S``
-        is not read). Only the base columns and those of the chain's coordinates are
-        nonzero: convert those (as twists, then the base block by T) and scatter them."""
+        (:func:`~torchrbd.algorithms.chain_forward` or ``chain_rows``; ``kin.S`` is not
+        read). Only the base columns and those of the chain's coordinates are nonzero:
+        the chain's columns are its joints' twists about the point whose velocity the
+        representation gives, the base block what a base velocity adds there; both are
+        scattered into place."""
         rep = self._rep
-        _, RF, pF = alg.frame_pose(model, kin, frame, rotation=rep == rep_.BODY)  # (the other two need no R_F)
-        if rep != rep_.INERTIAL:
-            # X maps a twist about O to the same twist about the frame origin: the
-            # chain's subspaces are made about that point, and the base block is X itself
-            # (BODY_FIXED: both then turned into the frame's axes)
-            chain = kin.chain
-            cols = (alg.motion_subspaces(model, kin.R, kin.p, chain.bodies, origin=pF) if len(chain)
-                    else pF.new_zeros(0, 6, pF.shape[-1]))
-            if rep == rep_.BODY:
-                return self._chain_scatter(model, kin, *rep_.body_frame_jacobian(cols, RF, pF, R))
-            return self._chain_scatter(model, kin, rep_.mixed_base_rows(pF), cols)
-        cols = rep_.twists_to_rep(rep, alg.chain_columns(kin), RF, pF, p)  # (6+k, 6, B)
-        base = rep_.rows_times_T(rep, cols[:6].transpose(0, 1), R, p)
-        return self._chain_scatter(model, kin, base, cols[6:])
+        chain = kin.chain
+        if rep == rep_.INERTIAL:
+            # twists about the world origin, from the base's twist about it: the base
+            # block is 1, whatever the frame (iCub's l_sole: see docs/performance.md)
+            origin = p.neg()  # (relative to the base)
+        else:
+            _, RF, origin = alg.frame_pose(model, kin, frame, rotation=rep == rep_.BODY)  # (MIXED needs no R_F)
+        cols = (alg.motion_subspaces(model, kin.R, kin.p, chain.bodies, origin=origin) if len(chain)
+                else origin.new_zeros(0, 6, origin.shape[-1]))
+        if rep == rep_.INERTIAL:
+            eye = torch.eye(6, dtype=cols.dtype, device=cols.device)
+            return self._chain_scatter(model, kin, eye[..., None].expand(6, 6, cols.shape[-1]), cols)
+        if rep == rep_.BODY:  # MIXED's pieces turned into the frame's axes
+            return self._chain_scatter(model, kin, *rep_.body_frame_jacobian(cols, RF, origin, R))
+        # X maps a twist about O to the same twist about the frame origin: the base block is X itself
+        return self._chain_scatter(model, kin, rep_.mixed_base_rows(origin), cols)
 
     @staticmethod
     def _chain_scatter(model, kin, base, chain_cols):
