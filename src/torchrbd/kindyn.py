@@ -556,7 +556,11 @@ class KinDynComputations:
         nu, qd = self._bl(a["base_velocity"]), self._bl(a["joint_velocities"])
         _, RF, pF = alg.frame_pose(model, kin, frame)
         cols = alg.chain_columns(kin)  # J's nonzero columns about the base origin
-        rates, VF = alg.chain_column_rates(kin, rep_.to_internal(rep, R, p, nu), qd)
+        V0 = rep_.to_internal(rep, R, p, nu)
+        rates, VF = alg.chain_column_rates(kin, V0, qd)
+        if rep == rep_.BODY:
+            base, chain = rep_.body_frame_jacobian_rate(cols[6:], rates[6:], RF, pF, VF, R, V0)
+            return self._out(self._chain_scatter(model, kin, base, chain), bs)
         JX = rep_.twists_to_rep(rep, cols[:6], RF, pF, p)  # X J, base columns
         Jd = rep_.twists_to_rep_rate(rep, cols, rates, RF, pF, VF, p)  # d/dt (X J)
         base = rep_.rows_times_T(rep, Jd[:6].transpose(0, 1), R, p)

@@ -179,29 +179,59 @@ def body_frame_jacobian(chain_cols: torch.Tensor, R_F: torch.Tensor, r_F: torch.
     """A frame's BODY_FIXED Jacobian pieces, (6, 6, B) rows over the base columns and
     (k, 6, B) the chain's columns, from its MIXED chain columns ``chain_cols`` (twists
     about the frame origin ``r_F`` (3, B) relative to the base, world axes), the frame's
-    rotation ``R_F`` and the base's ``R`` (3, 3, B). The frame's twist in its own axes
-    is ``R_F^T`` on each half of the MIXED one, and the base's MIXED velocity is
-    ``T = [[R, 0], [0, R]]`` times its BODY one, so the base rows become ``[[Q, -R_F^T [r_F]x R], [0, Q]]``, ``Q = R_F^T R``
-    (one product of R_F^T with R's columns and their cross products with r_F, then one
-    gather), and the chain's columns ``R_F^T`` on each half."""
-    B = r_F.shape[-1]
-    columns = R.transpose(0, 1)  # R's columns (3, 3, B)
-    V = mtv(R_F, torch.cat([columns, cross(r_F, columns)]))  # (6, 3, B): Q's columns, then R_F^T [r_F]x R's
-    values = torch.cat([V.new_zeros(1, B), V.reshape(18, B), V[3:].neg().reshape(9, B)])  # (28, B)
-    base = values.index_select(0, _uncached(_body_base_entries)(str(r_F.device))).view(6, 6, B)
-    k = chain_cols.shape[0]
+    rotation ``R_F`` and the base's ``R`` (3, 3, B).
+
+    The frame's twist in its own axes is ``R_F^T`` on each half of the MIXED one, and
+    the base's MIXED velocity is ``T = [[R, 0], [0, R]]`` times its BODY one: the base
+    rows are ``[[Q, P], [0, Q]]``, ``Q = R_F^T R``, ``P = -R_F^T [r_F]x R``, whose
+    columns are R_F^T times R's columns ``c`` and ``c x r_F`` (one product, then one
+    gather, :func:`_body_base_rows`), and the chain's columns are ``R_F^T`` on each half."""
+    c = R.transpose(0, 1)  # R's columns (3, 3, B)
+    base = _body_base_rows(mtv(R_F, torch.cat([c, cross(c, r_F)])))
+    k, B = chain_cols.shape[0], r_F.shape[-1]
     return base, mtv(R_F, pair(chain_cols)).reshape(k, 6, B)
+
+
+def body_frame_jacobian_rate(chain_cols, chain_rates, R_F, r_F, V_F, R, V_0):
+    """The time derivatives of :func:`body_frame_jacobian`'s pieces, from the chain's
+    columns ``chain_cols`` (k, 6, B) about O (the base origin, world axes) and their rates
+    ``chain_rates``, the frame's pose ``R_F``, ``r_F`` and internal twist ``V_F`` (6, B),
+    the base's rotation ``R`` and internal twist ``V_0`` (6, B).
+
+    With ``w_F``, ``w_B`` the frame's and the base's angular velocities and
+    ``r_F' = v_F + w_F x r_F - v_B`` the rate of the frame origin relative to the base,
+    ``Q' = -R_F^T [w_F - w_B]x R`` and ``P' = R_F^T ([w_F]x [r_F]x - [r_F']x - [r_F]x [w_B]x) R``:
+    column by column, cross products of R's columns, one product with R_F^T and the
+    gather of :func:`_body_base_rows`. The chain's columns take
+    :func:`twists_to_rep_rate`. This replaces the rates of the six base columns as
+    twists and the products with T and its rate (iCub's l_sole: see
+    docs/performance.md)."""
+    c = R.transpose(0, 1)  # R's columns (3, 3, B)
+    w_F, w_B = V_F[3:], V_0[3:]
+    r_rate = V_F[:3] + cross(w_F, r_F) - V_0[:3]
+    Q_rate = cross(c, w_F - w_B)
+    P_rate = cross(w_F, cross(r_F, c)) - cross(r_rate, c) - cross(r_F, cross(w_B, c))
+    base = _body_base_rows(mtv(R_F, torch.cat([Q_rate, P_rate])))
+    return base, twists_to_rep_rate(BODY, chain_cols, chain_rates, R_F, r_F, V_F, None)
+
+
+def _body_base_rows(V: torch.Tensor) -> torch.Tensor:
+    """(6, 6, B) ``[[Q, P], [0, Q]]`` from ``V`` (6, 3, B), the columns of Q then of P:
+    one gather from ``(0, V)``."""
+    B = V.shape[-1]
+    values = torch.cat([V.new_zeros(1, B), V.reshape(18, B)])  # (19, B)
+    return values.index_select(0, _uncached(_body_base_entries)(str(V.device))).view(6, 6, B)
 
 
 @tensor_cache(8)
 def _body_base_entries(device: str) -> torch.Tensor:
-    """(36,) where each entry of :func:`body_frame_jacobian`'s base rows sits in its
-    values ``(0, V, -V[3:])``, V (6, 3) holding the columns of Q and of R_F^T [r_F]x R."""
+    """(36,) where each entry of ``[[Q, P], [0, Q]]`` sits in ``(0, V)``, V (6, 3) the
+    columns of Q and then of P (row-major)."""
     rows = [[0] * 6 for _ in range(6)]
     for i in range(3):
         for j in range(3):
             rows[i][j] = rows[3 + i][3 + j] = 1 + 3 * j + i  # Q[i, j] = V[j, i]
-            rows[i][3 + j] = 19 + 3 * j + i  # -V[3 + j, i]
+            rows[i][3 + j] = 10 + 3 * j + i  # P[i, j] = V[3 + j, i]
     return torch.tensor(rows, device=device).flatten()
 
 
