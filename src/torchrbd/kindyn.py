@@ -555,16 +555,17 @@ class KinDynComputations:
         kin, R, p = self._state(model, a, frame)
         nu, qd = self._bl(a["base_velocity"]), self._bl(a["joint_velocities"])
         _, RF, pF = alg.frame_pose(model, kin, frame)
-        cols = alg.chain_columns(kin)  # J's nonzero columns about the base origin
         V0 = rep_.to_internal(rep, R, p, nu)
-        rates, VF = alg.chain_column_rates(kin, V0, qd)
+        rates, VF = alg.chain_column_rates(kin, V0, qd)  # (the base's six columns are constant: zero rates)
         if rep == rep_.BODY:
-            base, chain = rep_.body_frame_jacobian_rate(cols[6:], rates[6:], RF, pF, VF, R, V0)
+            base, chain = rep_.body_frame_jacobian_rate(kin.S, rates[6:], RF, pF, VF, R, V0)
             return self._out(self._chain_scatter(model, kin, base, chain), bs)
-        JX = rep_.twists_to_rep(rep, cols[:6], RF, pF, p)  # X J, base columns
+        cols = alg.chain_columns(kin)  # J's nonzero columns about the base origin
         Jd = rep_.twists_to_rep_rate(rep, cols, rates, RF, pF, VF, p)  # d/dt (X J)
         base = rep_.rows_times_T(rep, Jd[:6].transpose(0, 1), R, p)
-        base = base + rep_.rows_times_T_dot(rep, JX.transpose(0, 1), R, p, nu)
+        if rep == rep_.MIXED:  # (INERTIAL_FIXED's T is constant in time)
+            JX = rep_.twists_to_rep(rep, cols[:6], RF, pF, p)  # X J, base columns
+            base = base + rep_.rows_times_T_dot(rep, JX.transpose(0, 1), R, p, nu)
         return self._out(self._chain_scatter(model, kin, base, Jd[6:]), bs)
 
     @_inference
