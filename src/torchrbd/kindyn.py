@@ -554,18 +554,19 @@ class KinDynComputations:
         rep = self._rep
         kin, R, p = self._state(model, a, frame)
         nu, qd = self._bl(a["base_velocity"]), self._bl(a["joint_velocities"])
-        _, RF, pF = alg.frame_pose(model, kin, frame)
         V0 = rep_.to_internal(rep, R, p, nu)
         rates, VF = alg.chain_column_rates(kin, V0, qd)  # (the base's six columns are constant: zero rates)
+        if rep == rep_.INERTIAL:  # J's base block is 1 (see _frame_jacobian): only the chain's columns move
+            base = rates.new_zeros(6, 6, rates.shape[-1])
+            return self._out(self._chain_scatter(model, kin, base, rep_.twists_to_rep(rep, rates[6:], None, p)), bs)
+        _, RF, pF = alg.frame_pose(model, kin, frame)
         if rep == rep_.BODY:
             base, chain = rep_.body_frame_jacobian_rate(kin.S, rates[6:], RF, pF, VF, R, V0)
             return self._out(self._chain_scatter(model, kin, base, chain), bs)
         cols = alg.chain_columns(kin)  # J's nonzero columns about the base origin
-        Jd = rep_.twists_to_rep_rate(rep, cols, rates, RF, pF, VF, p)  # d/dt (X J)
-        base = rep_.rows_times_T(rep, Jd[:6].transpose(0, 1), R, p)
-        if rep == rep_.MIXED:  # (INERTIAL_FIXED's T is constant in time)
-            JX = rep_.twists_to_rep(rep, cols[:6], RF, pF, p)  # X J, base columns
-            base = base + rep_.rows_times_T_dot(rep, JX.transpose(0, 1), R, p, nu)
+        Jd = rep_.twists_to_rep_rate(rep, cols, rates, RF, pF, VF)  # d/dt (X J)
+        JX = rep_.twists_to_rep(rep, cols[:6], pF, p)  # X J, base columns
+        base = Jd[:6].transpose(0, 1) + rep_.rows_times_mixed_T_dot(JX.transpose(0, 1), nu)  # (MIXED: T = 1)
         return self._out(self._chain_scatter(model, kin, base, Jd[6:]), bs)
 
     @_inference

@@ -139,30 +139,23 @@ def base_columns_times_T(rep, A, R, pB):
     return torch.cat([rows_times_T(rep, A[:, :6], R, pB), A[:, 6:]], 1)
 
 
-def rows_times_T_dot(rep, A, R, pB, nu):
-    """A Tdot for rows A (r, 6, B) along the base velocity ``nu`` (6, B) in ``rep``."""
-    lin, ang = halves(A)
-    if rep == INERTIAL:
-        return torch.zeros_like(A)
-    if rep == MIXED:  # Tdot = [[0, [v]x], [0, 0]]
-        return torch.cat([torch.zeros_like(lin), cross(lin, nu[:3])], 1)
-    # BODY: Tdot = [[R [w]x, [R v]x R], [0, R [w]x]] with (v, w) the body twist
-    w = nu[3:]
-    new_lin = cross(mtv(R, lin), w)
-    new_ang = mtv(R, cross(lin, mv(R, nu[:3]))) + cross(mtv(R, ang), w)
-    return torch.cat([new_lin, new_ang], 1)
+def rows_times_mixed_T_dot(A, nu):
+    """A Tdot for rows A (r, 6, B) in MIXED along the base velocity ``nu`` (6, B):
+    ``Tdot = [[0, [v]x], [0, 0]]`` (INERTIAL_FIXED's T is constant; BODY_FIXED rates
+    come from :func:`body_frame_jacobian_rate`)."""
+    lin, _ = halves(A)
+    return torch.cat([torch.zeros_like(lin), cross(lin, nu[:3])], 1)
 
 
-def twists_to_rep(rep, V, R_F, r_F, pB):
-    """X V for internal twists V (c, 6, B) of a frame at (R_F (3, 3, B), r_F (3, B)
-    relative to the base)."""
+def twists_to_rep(rep, V, r_F, pB):
+    """X V for internal twists V (c, 6, B): in MIXED the same twists about the frame
+    origin ``r_F`` (3, B, relative to the base), in INERTIAL_FIXED about the world origin
+    (the base at ``pB``). BODY_FIXED's come from :func:`body_frame_jacobian`."""
+    assert rep != BODY
     lin, ang = halves(V)
     if rep == INERTIAL:
         return torch.cat([lin + cross(pB, ang), ang], 1)
-    lin = lin - cross(r_F, ang)
-    if rep == BODY:
-        lin, ang = mtv(R_F, lin), mtv(R_F, ang)
-    return torch.cat([lin, ang], 1)
+    return torch.cat([lin - cross(r_F, ang), ang], 1)
 
 
 def mixed_base_rows(r_F: torch.Tensor) -> torch.Tensor:
@@ -212,7 +205,7 @@ def body_frame_jacobian_rate(chain_cols, chain_rates, R_F, r_F, V_F, R, V_0):
     Q_rate = cross(c, w_F - w_B)
     P_rate = cross(w_F, cross(r_F, c)) - cross(r_rate, c) - cross(r_F, cross(w_B, c))
     base = _body_base_rows(mtv(R_F, torch.cat([Q_rate, P_rate])))
-    return base, twists_to_rep_rate(BODY, chain_cols, chain_rates, R_F, r_F, V_F, None)
+    return base, twists_to_rep_rate(BODY, chain_cols, chain_rates, R_F, r_F, V_F)
 
 
 def _body_base_rows(V: torch.Tensor) -> torch.Tensor:
@@ -251,38 +244,28 @@ def _mixed_base_entries(device: str) -> torch.Tensor:
     return torch.tensor(rows, device=device).flatten()
 
 
-def twists_to_rep_dot(rep, V, R_F, r_F, V_F):
-    """Xdot V for twists V (c, 6, B); ``V_F`` (6, B) is the frame's internal twist."""
-    if rep == INERTIAL:
-        return torch.zeros_like(V)
-    lin, ang = halves(V)
-    w = V_F[3:]
-    pd = V_F[:3] + cross(w, r_F)  # velocity of the frame origin
-    d_lin = -cross(pd, ang)
-    if rep == MIXED:
-        return torch.cat([d_lin, torch.zeros_like(ang)], 1)
-    w_b = mtv(R_F, w)
-    y_lin = lin - cross(r_F, ang)
-    new_lin = -cross(w_b, mtv(R_F, y_lin)) + mtv(R_F, d_lin)
-    new_ang = -cross(w_b, mtv(R_F, ang))
-    return torch.cat([new_lin, new_ang], 1)
+def _mixed_twists_dot(V, r_F, V_F):
+    """Xdot V in MIXED for twists V (c, 6, B): X moves with the frame origin, whose
+    velocity comes from the frame's internal twist ``V_F`` (6, B)."""
+    _, ang = halves(V)
+    pd = V_F[:3] + cross(V_F[3:], r_F)  # velocity of the frame origin
+    return torch.cat([-cross(pd, ang), torch.zeros_like(ang)], 1)
 
 
-def twists_to_rep_rate(rep, V, V_rate, R_F, r_F, V_F, pB):
-    """``d/dt (X V)`` (c, 6, B) for internal twists V (c, 6, B) changing at ``V_rate``, X
-    as in :func:`twists_to_rep`; ``V_F`` (6, B) the frame's internal twist.
+def twists_to_rep_rate(rep, V, V_rate, R_F, r_F, V_F):
+    """``d/dt (X V)`` (c, 6, B) for internal twists V (c, 6, B) changing at ``V_rate``, in
+    MIXED or BODY_FIXED (X as in :func:`twists_to_rep` and :func:`body_frame_jacobian`);
+    ``V_F`` (6, B) the frame's internal twist.
 
     BODY_FIXED's X is MIXED's ``Y = X_mixed V`` seen in the frame's axes, ``R_F^T Y``
     (each half), whose rate is ``R_F^T (Ydot - w x Y)`` with w the frame's angular
     velocity (world axes): MIXED's rate, one cross product and one rotation, where the
     rotations of each term took four times the operators (iCub's l_sole Jacobian rate,
     B = 1024: see docs/performance.md)."""
-    if rep == INERTIAL:  # X constant in time
-        return twists_to_rep(rep, V_rate, R_F, r_F, pB)
-    Y_rate = twists_to_rep_dot(MIXED, V, R_F, r_F, V_F) + twists_to_rep(MIXED, V_rate, R_F, r_F, pB)
+    Y_rate = _mixed_twists_dot(V, r_F, V_F) + twists_to_rep(MIXED, V_rate, r_F, None)
     if rep == MIXED:
         return Y_rate
-    Y = pair(twists_to_rep(MIXED, V, R_F, r_F, pB))  # (c, 2, 3, B)
+    Y = pair(twists_to_rep(MIXED, V, r_F, None))  # (c, 2, 3, B)
     Z = Y_rate.reshape(Y.shape) - cross(V_F[3:], Y)
     return mtv(R_F, Z).reshape(V.shape)
 
