@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 from torchrbd.bench import inputs, nograd
+from torchrbd.spatial import axis_angle_to_matrix, homogeneous
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -72,14 +73,8 @@ def _base_poses(B: int, dtype) -> torch.Tensor:
     g = torch.Generator().manual_seed(1)
     angle = torch.rand(B, generator=g, dtype=torch.float64) * 6.0
     axis = torch.nn.functional.normalize(torch.tensor([0.3, -0.5, 0.8], dtype=torch.float64), dim=0)
-    K = torch.zeros(3, 3, dtype=torch.float64)
-    K[0, 1], K[0, 2], K[1, 2] = -axis[2], axis[1], -axis[0]
-    K = K - K.t()
-    s, c = angle.sin()[:, None, None], angle.cos()[:, None, None]
-    H = torch.eye(4, dtype=torch.float64).repeat(B, 1, 1)
-    H[:, :3, :3] = torch.eye(3, dtype=torch.float64) + s * K + (1 - c) * (K @ K)  # Rodrigues
-    H[:, :3, 3] = torch.rand(B, 3, generator=g, dtype=torch.float64) - 0.5
-    return H.to(dtype)
+    position = torch.rand(B, 3, generator=g, dtype=torch.float64) - 0.5
+    return homogeneous(axis_angle_to_matrix(axis.expand(B, 3), angle), position).to(dtype)
 
 
 def cases(kd, frame: str, B: int, dtype) -> dict:
