@@ -74,7 +74,9 @@ def has_tangent(*tensors) -> bool:
 def writes_into_buffers(*tensors) -> bool:
     """Whether results may be written into fresh buffers with ``out=`` (instead of
     concatenating computed pieces): eager, no gradient wanted, outside ``torch.func``
-    transforms and forward-mode AD (none of them has a rule for ``out=``)."""
+    transforms and forward-mode AD (none of them has a rule for ``out=``). None among
+    ``tensors`` (an operand that is not there) is skipped."""
+    tensors = [t for t in tensors if t is not None]
     return (not torch.compiler.is_compiling() and not with_rules(*tensors)
             and all(plain(t) for t in tensors) and not has_tangent(*tensors))
 

@@ -46,7 +46,7 @@ def _by_bodies(model, kin: Kinematics, inertia: SpatialInertia, T=None) -> bool:
     one body per coordinate besides the base."""
     return (kin.S is not None and kin.S.shape[-1] >= DENSE_BELOW and model.nbody == model.n + 1
             and topology(model).unsort is None
-            and writes_into_buffers(kin.S, inertia.h, inertia.J, *(() if T is None else (T,))))
+            and writes_into_buffers(kin.S, inertia.h, inertia.J, T))
 
 
 def _mass_matrix_by_bodies(model, kin: Kinematics, inertia: SpatialInertia, own_inertia: bool,
@@ -140,7 +140,7 @@ def assemble(model, Mbb, F, S, T=None) -> torch.Tensor:
     else:
         top, right = T.transpose(0, 1), matmul(Mbb, T)
     wants_grad = any(x.requires_grad for x in (Mbb, F, S, T) if x is not None)
-    if B >= DENSE_BELOW and writes_into_buffers(Mbb, F, S, *(() if T is None else (T,))):
+    if B >= DENSE_BELOW and writes_into_buffers(Mbb, F, S, T):
         return _assemble_from_entries(model, Mbb, F, S, T)  # (eager, no autograd of any kind)
     if torch.compiler.is_compiling() and not wants_grad:
         # Only G's distinct entries (K, a third of G for iCub) as batch-last

@@ -23,7 +23,7 @@ def _sweeps(topo, *tensors) -> bool:
     """Whether to sweep the levels: eager, no gradients, a long batch, bodies stored
     level by level (every level a slice)."""
     return (tensors[0].shape[-1] >= DENSE_BELOW and topo.unsort is None
-            and writes_into_buffers(*(t for t in tensors if t is not None)))
+            and writes_into_buffers(*tensors))
 
 
 def support_sums(model, x: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:
