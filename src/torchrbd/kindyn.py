@@ -477,22 +477,29 @@ class KinDynComputations:
         representation gives, the base block what a base velocity adds there; both are
         scattered into place."""
         rep = self._rep
-        chain = kin.chain
         if rep == rep_.INERTIAL:
-            # twists about the world origin, from the base's twist about it: the base
-            # block is 1, whatever the frame (iCub's l_sole: see docs/performance.md)
-            origin = p.neg()  # (relative to the base)
-        else:
-            _, RF, origin = alg.frame_pose(model, kin, frame, rotation=rep == rep_.BODY)  # (MIXED needs no R_F)
-        cols = (alg.motion_subspaces(model, kin.R, kin.p, chain.bodies, origin=origin) if len(chain)
-                else origin.new_zeros(0, 6, origin.shape[-1]))
-        if rep == rep_.INERTIAL:
+            # twists about the world origin (relative to the base: -p), from the base's
+            # twist about it: the base block is 1, whatever the frame (iCub's l_sole:
+            # see docs/performance.md)
+            cols = self._chain_twists(model, kin, p.neg())
             eye = torch.eye(6, dtype=cols.dtype, device=cols.device)
             return self._chain_scatter(model, kin, eye[..., None].expand(6, 6, cols.shape[-1]), cols)
+        _, RF, origin = alg.frame_pose(model, kin, frame, rotation=rep == rep_.BODY)  # (MIXED needs no R_F)
+        cols = self._chain_twists(model, kin, origin)
         if rep == rep_.BODY:  # MIXED's pieces turned into the frame's axes
             return self._chain_scatter(model, kin, *rep_.body_frame_jacobian(cols, RF, origin, R))
         # X maps a twist about O to the same twist about the frame origin: the base block is X itself
         return self._chain_scatter(model, kin, rep_.mixed_base_rows(origin), cols)
+
+    @staticmethod
+    def _chain_twists(model, kin, origin):
+        """(k, 6, B) the unit twists of the chain's joints about the point ``origin``
+        (3, B), which is given like the chain kinematics' positions ``kin.p``
+        (see :func:`~torchrbd.algorithms.motion_subspaces`)."""
+        chain = kin.chain
+        if not len(chain):
+            return origin.new_zeros(0, 6, origin.shape[-1])
+        return alg.motion_subspaces(model, kin.R, kin.p, chain.bodies, origin=origin)
 
     @staticmethod
     def _chain_scatter(model, kin, base, chain_cols):
