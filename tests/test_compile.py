@@ -591,3 +591,30 @@ def test_compiled_trained_parameters_with_inputs_of_another_dtype_trace_in_one_g
         results.append((M.detach(), *torch.autograd.grad(M.square().sum(), mass)))
     assert results[1][0].dtype == torch.float32
     torch.testing.assert_close(results[1], results[0], rtol=1e-5, atol=1e-5)
+
+
+def _placement_paths():
+    from torchrbd.algorithms import placement
+
+    return [True, False] if placement.NATIVE else [False]  # (the C loop where it was built)
+
+
+@pytest.mark.parametrize("native", _placement_paths(), ids=lambda native: "C-loop" if native else "torch-gather")
+@pytest.mark.parametrize("B", [1, 64, 1024])
+def test_mass_matrix_placement_operator_matches_its_fake(native, B, monkeypatch):
+    """``torchrbd::place_entries``, the compiled mass matrix's one custom operator, gives
+    the sizes and strides its fake kernel promises (compiled code runs without inductor's
+    size asserts, see ``KinDynComputations._CPU_OPTIONS``), by the C loop and by torch's
+    gather."""
+    from torchrbd.algorithms import placement
+    from torchrbd.algorithms.batchlast import crosswise_empty
+    from torchrbd.algorithms.topology import topology
+
+    monkeypatch.setattr(placement, "NATIVE", native)
+    topo = topology(torchrbd.models.load("quadruped")._model)
+    DT = crosswise_empty(torch.zeros(1, dtype=torch.float64), topo.mass_matrix_entries.shape[0], B)
+    DT.copy_(torch.randn(DT.shape, generator=torch.Generator().manual_seed(B), dtype=torch.float64))
+    result = torch.library.opcheck(torch.ops.torchrbd.place_entries, (DT, topo.mass_matrix_place))
+    assert set(result.values()) == {"SUCCESS"}, result
+    placed = torch.ops.torchrbd.place_entries(DT, topo.mass_matrix_place)
+    assert torch.equal(placed, DT.t()[:, topo.mass_matrix_place])
