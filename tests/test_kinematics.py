@@ -86,11 +86,12 @@ def test_jacobian(robot, rng, rep):
 @pytest.mark.parametrize("rep", REPRESENTATIONS, ids=lambda r: r.name)
 def test_long_batch_jacobians(robot, rng, rep, B):
     """Long batches (the batch-last products, which short batches replace by library
-    calls) without autograd: every frame's Jacobian and one Jacobian rate, configuration
-    by configuration, against Pinocchio; and the same values with the joint positions
-    requiring grad (the products' autograd Functions above both bounds of
-    ``kinematics.CHAIN_PRODUCTS_BELOW``; between them the chain's poses by one ``bmm`` per
-    joint)."""
+    calls) without autograd: every frame's Jacobian (its chain's joints in groups,
+    ``frame_twists``, for chains of every length modulo the group's) and one Jacobian
+    rate, configuration by configuration, against Pinocchio; and the same values with the
+    joint positions requiring grad (the chain's composition joint by joint: the products'
+    autograd Functions above both bounds of ``kinematics.CHAIN_PRODUCTS_BELOW``; between
+    them the chain's poses by one ``bmm`` per joint)."""
     robot.kd.set_frame_velocity_representation(rep)
     Hs, q, nu, qd = sample(robot, rng, B)
     t = torch.tensor

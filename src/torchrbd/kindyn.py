@@ -24,7 +24,7 @@ from .errors import InputError, ModelError
 from .model import Model, load_urdf
 from .algorithms import placement
 from .algorithms.batchlast import DENSE_BELOW, batch_last_grad, to_batch_first, writes_into_buffers
-from .algorithms import forward_dynamics
+from .algorithms import forward_dynamics, frame_twists
 from .chunking import in_chunks, needs_grad
 from .inference import call_in_inference_mode, normal_tensors, result_buffer
 from .spatial import homogeneous
@@ -473,30 +473,44 @@ class KinDynComputations:
         """(..., 6, 6+n): frame velocity (in the representation) from the generalized velocity."""
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
         model.frame(frame)
+        q = a["joint_positions"].transpose(0, 1)  # (n, B), a view
+        if frame_twists.applies(model, frame, q, a["base_transform"]):  # long eager batches: joints in groups
+            Hb = a["base_transform"][:, :3].permute(1, 2, 0).contiguous()  # (3, 4, B)
+            R, rep = Hb[:, :3], self._rep
+            chain, cols, origin, RF = frame_twists.frame_twists(
+                model, R, q, frame, about=Hb[:, 3].neg() if rep == rep_.INERTIAL else None, rotation=rep == rep_.BODY)
+            return self._out(self._jacobian_in_rep(model, chain, cols, origin, RF, R), bs)
         kin, R, p = self._state(model, a, frame, subspaces=False)  # (made about the point the representation takes)
         return self._out(self._frame_jacobian(model, kin, R, p, frame), bs)
 
     def _frame_jacobian(self, model, kin, R, p, frame):
         """(6, 6+n, B) Jacobian of ``frame`` in the representation from chain kinematics
         (:func:`~torchrbd.algorithms.chain_forward` or ``chain_rows``; ``kin.S`` is not
-        read). Only the base columns and those of the chain's coordinates are nonzero:
-        the chain's columns are its joints' twists about the point whose velocity the
-        representation gives, the base block what a base velocity adds there; both are
-        scattered into place."""
+        read): the chain's joints' twists about the point whose velocity the
+        representation gives (for INERTIAL_FIXED the world origin, relative to the base
+        at -p), then :meth:`_jacobian_in_rep`."""
+        if self._rep == rep_.INERTIAL:
+            return self._jacobian_in_rep(model, kin.chain, self._chain_twists(model, kin, p.neg()), None, None, R)
+        _, RF, origin = alg.frame_pose(model, kin, frame, rotation=self._rep == rep_.BODY)  # (MIXED needs no R_F)
+        return self._jacobian_in_rep(model, kin.chain, self._chain_twists(model, kin, origin), origin, RF, R)
+
+    def _jacobian_in_rep(self, model, chain, cols, origin, RF, R):
+        """(6, 6+n, B) a frame's Jacobian in the representation from its chain's columns
+        ``cols`` (k, 6, B), the twists about the point the representation takes (world
+        axes), the frame's origin ``origin`` relative to the base (3, B; None for
+        INERTIAL_FIXED), its rotation ``RF`` (BODY_FIXED only) and the base's ``R``.
+        Only the base columns and the chain's are nonzero: the base block is what a base
+        velocity adds at that point, both are scattered into place."""
         rep = self._rep
         if rep == rep_.INERTIAL:
-            # twists about the world origin (relative to the base: -p), from the base's
-            # twist about it: the base block is 1, whatever the frame (iCub's l_sole:
-            # see docs/performance.md)
-            cols = self._chain_twists(model, kin, p.neg())
+            # twists about the world origin, from the base's twist about it: the base block is 1,
+            # whatever the frame (iCub's l_sole: see docs/performance.md)
             eye = torch.eye(6, dtype=cols.dtype, device=cols.device)
-            return self._chain_scatter(model, kin, eye[..., None].expand(6, 6, cols.shape[-1]), cols)
-        _, RF, origin = alg.frame_pose(model, kin, frame, rotation=rep == rep_.BODY)  # (MIXED needs no R_F)
-        cols = self._chain_twists(model, kin, origin)
+            return self._chain_scatter(model, chain, eye[..., None].expand(6, 6, cols.shape[-1]), cols)
         if rep == rep_.BODY:  # MIXED's pieces turned into the frame's axes
-            return self._chain_scatter(model, kin, *rep_.body_frame_jacobian(cols, RF, origin, R))
+            return self._chain_scatter(model, chain, *rep_.body_frame_jacobian(cols, RF, origin, R))
         # X maps a twist about O to the same twist about the frame origin: the base block is X itself
-        return self._chain_scatter(model, kin, rep_.mixed_base_rows(origin), cols)
+        return self._chain_scatter(model, chain, rep_.mixed_base_rows(origin), cols)
 
     @staticmethod
     def _chain_twists(model, kin, origin):
@@ -509,7 +523,7 @@ class KinDynComputations:
         return alg.motion_subspaces(model, kin.R, kin.p, chain.bodies, origin=origin)
 
     @staticmethod
-    def _chain_scatter(model, kin, base, chain_cols):
+    def _chain_scatter(model, chain, base, chain_cols):
         """(6, 6+n, B) Jacobian-shaped, a view of batch-first memory: ``base`` (6, 6, B)
         rows, the chain's columns ``chain_cols`` (k, 6, B) in place, zeros elsewhere,
         written batch-first, so that the result needs no transposing copy.
@@ -525,20 +539,20 @@ class KinDynComputations:
             out = result_buffer(base, B, 6, N)
             out = base.new_zeros(B, 6, N) if out is None else out.zero_()
             if placement.applies(base, B * 6 * N):  # (the C loop: base rows, then the chain's)
-                k, columns, flat = chain_cols.shape[0], kin.chain.jacobian_columns, out.view(B, 6 * N)
+                k, columns, flat = chain_cols.shape[0], chain.jacobian_columns, out.view(B, 6 * N)
                 placement.place(base.reshape(36, B), placement.rows(36), out=flat, columns=columns[:36])
                 placement.place(chain_cols.reshape(6 * k, B), placement.rows(6 * k), out=flat, columns=columns[36:])
                 return out.permute(1, 2, 0)
             out[:, :, :6].copy_(base.permute(2, 0, 1))
             cols = chain_cols.permute(2, 1, 0)  # (B, 6, k)
-            for col, k, length in kin.chain.runs:
+            for col, k, length in chain.runs:
                 out[:, :, col:col + length].copy_(cols[:, :, k:k + length])
             return out.permute(1, 2, 0)
         chain_cols, base = batch_last_grad(chain_cols), batch_last_grad(base)
         cols = chain_cols.permute(2, 1, 0)  # (B, 6, k)
         zero = base.new_zeros(())
         pieces, at = [base.permute(2, 0, 1)], 6
-        for col, k, length in kin.chain.runs:
+        for col, k, length in chain.runs:
             if col > at:
                 pieces.append(zero.expand(B, 6, col - at))
             pieces.append(cols[:, :, k:k + length])
@@ -572,16 +586,16 @@ class KinDynComputations:
         rates, VF = alg.chain_column_rates(kin, V0, qd)  # (the base's six columns are constant: zero rates)
         if rep == rep_.INERTIAL:  # J's base block is 1 (see _frame_jacobian): only the chain's columns move
             base = rates.new_zeros(6, 6, rates.shape[-1])
-            return self._out(self._chain_scatter(model, kin, base, rep_.twists_to_rep(rep, rates[6:], None, p)), bs)
+            return self._out(self._chain_scatter(model, kin.chain, base, rep_.twists_to_rep(rep, rates[6:], None, p)), bs)
         _, RF, pF = alg.frame_pose(model, kin, frame)
         if rep == rep_.BODY:
             base, chain = rep_.body_frame_jacobian_rate(kin.S, rates[6:], RF, pF, VF, R, V0)
-            return self._out(self._chain_scatter(model, kin, base, chain), bs)
+            return self._out(self._chain_scatter(model, kin.chain, base, chain), bs)
         cols = alg.chain_columns(kin)  # J's nonzero columns about the base origin
         Jd = rep_.twists_to_rep_rate(rep, cols, rates, RF, pF, VF)  # d/dt (X J)
         JX = rep_.twists_to_rep(rep, cols[:6], pF, p)  # X J, base columns
         base = Jd[:6].transpose(0, 1) + rep_.rows_times_mixed_T_dot(JX.transpose(0, 1), nu)  # (MIXED: T = 1)
-        return self._out(self._chain_scatter(model, kin, base, Jd[6:]), bs)
+        return self._out(self._chain_scatter(model, kin.chain, base, Jd[6:]), bs)
 
     @_inference
     @_tree_sweep

@@ -553,19 +553,36 @@ def _chain_group_coefficients(model: Model, frame: str, path: Chain, placement: 
     last group; a chain whose length is not a multiple of m ends with identity joints.
     Kept on the model per frame unless a placement needs grad."""
     def make():
-        C = _joint_pose_matrix(model, homogeneous=True)[path.bodies]  # (k, 16, t)
-        C = C.unflatten(1, (4, 4)).permute(0, 3, 1, 2)  # (k, t, 4, 4)
-        identity = torch.zeros_like(C[0])  # a joint whose transform is 1 whatever its terms
-        identity[0] = torch.eye(4, dtype=C.dtype, device=C.device)
-        C = _in_groups(C, identity)  # (g, m, t, 4, 4)
-        G = C[:, 0]
-        for j in range(1, CHAIN_GROUP):
-            G = (G[:, :, None] @ C[:, j, None]).flatten(1, 2)  # (g, t^(j+1), 4, 4)
+        C, identity = _grouped_local_coefficients(model, path)
+        G = _group_products(C, identity, CHAIN_GROUP)
         G = torch.cat([G[:-1], (G[-1:] @ placement)])
         return G[:, :, :3].flatten(2).transpose(1, 2).contiguous()
     # (the placement needs grad exactly when the frame's rot or pos do, see _frame_placement)
     return model_cached_entry(model, "_chain_group_coefficients", frame, make,
                               depends_on=_placements(model) + (placement,))
+
+
+def _grouped_local_coefficients(model: Model, path: Chain):
+    """((g, m, t, 4, 4), (t, 4, 4)): the coefficients of the local transforms of the
+    chain's joints in the terms ``(1, sin q, cos q[, q])`` (:func:`_joint_pose_matrix`),
+    in groups of ``m = CHAIN_GROUP``, and those of a joint whose transform is 1 whatever
+    its terms (which completes the last group)."""
+    C = _joint_pose_matrix(model, homogeneous=True)[path.bodies]  # (k, 16, t)
+    C = C.unflatten(1, (4, 4)).permute(0, 3, 1, 2)  # (k, t, 4, 4)
+    identity = torch.zeros_like(C[0])
+    identity[0] = torch.eye(4, dtype=C.dtype, device=C.device)
+    return _in_groups(C, identity), identity
+
+
+def _group_products(C: torch.Tensor, identity: torch.Tensor, joints: int) -> torch.Tensor:
+    """(g, t^m, 4, 4) the coefficients, over :func:`_chain_monomials`'s products, of the
+    product of the first ``joints`` local transforms of each group (``C`` (g, m, t, 4, 4),
+    :func:`_grouped_local_coefficients`); the group's later joints count as identities."""
+    G = C[:, 0]
+    for j in range(1, C.shape[1]):
+        Cj = C[:, j] if j < joints else identity.expand_as(C[:, j])
+        G = (G[:, :, None] @ Cj[:, None]).flatten(1, 2)  # (g, t^(j+1), 4, 4)
+    return G
 
 
 def _in_groups(x: torch.Tensor, filler) -> torch.Tensor:

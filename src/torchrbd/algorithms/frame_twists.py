@@ -1,0 +1,102 @@
+"""A frame's Jacobian columns for long eager batches, from its chain's joints in groups.
+
+Within a group of ``m = CHAIN_GROUP`` joints, the pose of each body relative to the
+group's start is linear in the products of the joints' terms ``(1, sin q, cos q[, q])``
+(:func:`~.kinematics._chain_monomials`; a product of fewer joints takes the later
+joints' term 1). So are the quantities a Jacobian column needs, each body's joint axis
+and origin in the group's start frame. One batched product of constant coefficients
+with the monomials makes them for every group; one composition per group (not per
+joint) takes them to world axes. iCub's l_sole (six joints): 3 + 2 operators for the
+poses where composing joint by joint took six compositions of five.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..model.model import Model
+from .batchlast import DENSE_BELOW, pieces, writes_into_buffers
+from .kinematics import (
+    CHAIN_GROUP, _axis_terms, _chain_monomials, _frame_constants, _group_products, _grouped_local_coefficients,
+    _in_groups, _placements,
+)
+from .topology import Chain, model_cached_entry, topology
+
+
+def applies(model: Model, frame: str, q: torch.Tensor, *inputs: torch.Tensor) -> bool:
+    """Whether :func:`frame_twists` serves ``frame`` at coordinates ``q`` (n, B) and the
+    call's other ``inputs``: a long batch (from ``DENSE_BELOW``), a frame below the base,
+    eager, and nothing differentiated, neither the inputs nor the model's placements."""
+    body, rot, pos = model.frame(frame)
+    return q.shape[-1] >= DENSE_BELOW and body > 0 and writes_into_buffers(q, *inputs, rot, pos, *_placements(model))
+
+
+def frame_twists(model: Model, base_R: torch.Tensor, q: torch.Tensor, frame: str,
+                 about: torch.Tensor | None = None, rotation: bool = False):
+    """The unit twists of the joints on the chain to ``frame``'s body, for the base at
+    the origin with rotation ``base_R`` (3, 3, B) and coordinates ``q`` (n, B) (may be a
+    transposed view).
+
+    Returns ``(chain, twists, r_F, R_F)``: the :class:`~.topology.Chain`, the twists
+    (k, 6, B) about ``about`` (3, B) or else about the frame's origin, world axes, linear
+    first (as :func:`~.kinematics.motion_subspaces`), the frame's origin ``r_F`` (3, B)
+    and, with ``rotation``, its rotation ``R_F`` (3, 3, B, a view), else None."""
+    chain, W, is_point, cpj = _coefficients(model, frame)
+    g, B = W.shape[0], q.shape[-1]
+    Y = torch.bmm(W, _chain_monomials(topology(model), q.index_select(0, chain.dofs)))  # (g, 3 c, B)
+    Y = Y.view(g, -1, 3, B)  # per group c columns: each joint's, then the group end's [R | p]
+    c = Y.shape[1]
+    world = torch.empty_like(Y)
+    R, p = [col[None] for col in base_R.unbind(1)], None  # the start's [R | p] as (1, 3, B) columns
+    for y, out in zip(Y, world):
+        # R y + p for the columns that are points
+        rows = pieces(y, 1)
+        torch.mul(R[0], rows[0], out=out).addcmul_(R[1], rows[1]).addcmul_(R[2], rows[2])
+        if p is not None:
+            out.addcmul_(p, is_point)
+        *R, p = pieces(out[c - 4:], 0)
+    r_F = p[0]
+    joints = world[:, :CHAIN_GROUP * cpj].view(g, CHAIN_GROUP, cpj, 3, B)
+    s, o = joints[:, :, 0], joints[:, :, -1]  # revolute axes, joint origins (g, m, 3, B)
+    d = o - (r_F if about is None else about)
+    twists = world.new_empty(g, CHAIN_GROUP, 6, B)
+    twists[:, :, 3:].copy_(s)
+    (d0, d1, d2), (s0, s1, s2), (l0, l1, l2) = d.unbind(-2), s.unbind(-2), twists[:, :, :3].unbind(-2)
+    torch.mul(d1, s2, out=l0).addcmul_(d2, s1, value=-1)  # d x s
+    torch.mul(d2, s0, out=l1).addcmul_(d0, s2, value=-1)
+    torch.mul(d0, s1, out=l2).addcmul_(d1, s0, value=-1)
+    if cpj == 3:  # prismatic axes
+        twists[:, :, :3].add_(joints[:, :, 1])
+    R_F = world[-1, c - 4:c - 1].transpose(0, 1) if rotation else None
+    return chain, twists.view(g * CHAIN_GROUP, 6, B)[:len(chain)], r_F, R_F
+
+
+def _coefficients(model: Model, frame: str):
+    """``(chain, W, is_point, cpj)`` for :func:`frame_twists`, kept on the model per frame
+    (made anew while a placement needs grad). ``W`` (g, 3 c, t^m): group by group, the
+    coordinates of c columns in the group's start frame, in the monomials: for each of its
+    m joints ``cpj`` columns, its body's revolute axis, with prismatic joints its
+    prismatic axis, and its origin; then the rotation's three columns and the origin of
+    the group's end, for the last group the frame's. ``is_point`` (c, 1, 1) marks the
+    origins, which a composition moves (the axes it only turns)."""
+    chain, _, placement = _frame_constants(model, frame)
+
+    def make():
+        C, identity = _grouped_local_coefficients(model, chain)
+        axes = _in_groups(_axis_terms(model)[chain.bodies], 0.0)  # (g, m, 3, 1 or 2), body frame
+        columns = []
+        for j in range(CHAIN_GROUP):
+            P = _group_products(C, identity, j + 1)  # (g, t^m, 4, 4): body j relative to the start
+            a = P[:, :, :3, :3] @ axes[:, j, None]  # (g, t^m, 3, 1 or 2)
+            columns += [*a.unbind(-1), P[:, :, :3, 3]]
+        end = torch.cat([P[:-1], P[-1:] @ placement])[:, :, :3]  # (the last P: the whole group's)
+        columns += end.unbind(-1)
+        W = torch.stack(columns, 2)  # (g, t^m, c, 3)
+        cpj = axes.shape[-1] + 1
+        is_point = torch.zeros(W.shape[2], 1, 1, dtype=W.dtype, device=W.device)
+        is_point[cpj - 1:CHAIN_GROUP * cpj:cpj] = 1
+        is_point[-1] = 1
+        return W.flatten(2).transpose(1, 2).contiguous(), is_point, cpj
+    W, is_point, cpj = model_cached_entry(model, "_frame_twist_coefficients", frame, make,
+                                          depends_on=_placements(model) + (placement,))
+    return chain, W, is_point, cpj
