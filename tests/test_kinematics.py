@@ -112,6 +112,30 @@ def test_long_batch_jacobians(robot, rng, rep, B):
 
 
 @pytest.mark.parametrize("rep", REPRESENTATIONS, ids=lambda r: r.name)
+def test_long_batch_jacobian_gradients(robot, rng, rep):
+    """A long batch's Jacobian with the base pose and the joint positions requiring grad
+    (the chain's joints in groups, ``frame_twists``, through plain operators): for every
+    frame, each configuration's directional derivative along random directions of both
+    against central differences."""
+    robot.kd.set_frame_velocity_representation(rep)
+    Hs, q, _, _ = sample(robot, rng, DENSE_BELOW)
+    x = [torch.tensor(Hs), torch.tensor(q)]
+    dx = [torch.tensor(rng.normal(size=v.shape)) for v in x]
+    leaves = [v.clone().requires_grad_(True) for v in x]
+    eps = 1e-6
+    for frame in robot.frames:
+        J = robot.kd.jacobian(frame, *leaves)
+        if robot.kd.model.frame(frame)[0] == 0:  # a frame on the base: J depends on nothing
+            continue
+        w = torch.tensor(rng.normal(size=J.shape))
+        grads = torch.autograd.grad((J * w).sum(), leaves)
+        analytic = sum((g * d).flatten(1).sum(1) for g, d in zip(grads, dx))
+        plus, minus = (robot.kd.jacobian(frame, *(v + s * eps * d for v, d in zip(x, dx))) for s in (1, -1))
+        numeric = (w * (plus - minus)).flatten(1).sum(1) / (2 * eps)
+        torch.testing.assert_close(analytic, numeric, rtol=1e-6, atol=1e-6 * numeric.abs().max().item())
+
+
+@pytest.mark.parametrize("rep", REPRESENTATIONS, ids=lambda r: r.name)
 def test_jacobian_dot(robot, rng, rep):
     robot.kd.set_frame_velocity_representation(rep)
     Hs, q, nu, qd = sample(robot, rng, 2)

@@ -474,7 +474,7 @@ class KinDynComputations:
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
         model.frame(frame)
         q = a["joint_positions"].transpose(0, 1)  # (n, B), a view
-        if frame_twists.applies(model, frame, q, a["base_transform"]):  # long eager batches: joints in groups
+        if frame_twists.applies(model, frame, q):  # long eager batches: the chain's joints in groups
             Hb = a["base_transform"][:, :3].permute(1, 2, 0).contiguous()  # (3, 4, B)
             R, rep = Hb[:, :3], self._rep
             chain, cols, origin, RF = frame_twists.frame_twists(

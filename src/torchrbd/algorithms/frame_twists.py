@@ -7,7 +7,9 @@ joints' term 1). So are the quantities a Jacobian column needs, each body's join
 and origin in the group's start frame. One batched product of constant coefficients
 with the monomials makes them for every group; one composition per group (not per
 joint) takes them to world axes. iCub's l_sole (six joints): 3 + 2 operators for the
-poses where composing joint by joint took six compositions of five.
+poses where composing joint by joint took six compositions of five. With nothing
+differentiated the compositions write into buffers; otherwise they are plain operators,
+whose backward autograd makes.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from ..model.model import Model
-from .batchlast import DENSE_BELOW, pieces, writes_into_buffers
+from .batchlast import DENSE_BELOW, cross, pieces, writes_into_buffers
 from .kinematics import (
     CHAIN_GROUP, _axis_terms, _chain_monomials, _frame_constants, _group_products, _grouped_local_coefficients,
     _in_groups, _placements,
@@ -23,12 +25,10 @@ from .kinematics import (
 from .topology import Chain, model_cached_entry, topology
 
 
-def applies(model: Model, frame: str, q: torch.Tensor, *inputs: torch.Tensor) -> bool:
-    """Whether :func:`frame_twists` serves ``frame`` at coordinates ``q`` (n, B) and the
-    call's other ``inputs``: a long batch (from ``DENSE_BELOW``), a frame below the base,
-    eager, and nothing differentiated, neither the inputs nor the model's placements."""
-    body, rot, pos = model.frame(frame)
-    return q.shape[-1] >= DENSE_BELOW and body > 0 and writes_into_buffers(q, *inputs, rot, pos, *_placements(model))
+def applies(model: Model, frame: str, q: torch.Tensor) -> bool:
+    """Whether :func:`frame_twists` serves ``frame`` at coordinates ``q`` (n, B): a long
+    batch (from ``DENSE_BELOW``), a frame below the base, eager."""
+    return q.shape[-1] >= DENSE_BELOW and model.frame(frame)[0] > 0 and not torch.compiler.is_compiling()
 
 
 def frame_twists(model: Model, base_R: torch.Tensor, q: torch.Tensor, frame: str,
@@ -46,27 +46,29 @@ def frame_twists(model: Model, base_R: torch.Tensor, q: torch.Tensor, frame: str
     Y = torch.bmm(W, _chain_monomials(topology(model), q.index_select(0, chain.dofs)))  # (g, 3 c, B)
     Y = Y.view(g, -1, 3, B)  # per group c columns: each joint's, then the group end's [R | p]
     c = Y.shape[1]
-    world = torch.empty_like(Y)
+    in_place = writes_into_buffers(base_R, Y)
+    world = torch.empty_like(Y) if in_place else []
     R, p = [col[None] for col in base_R.unbind(1)], None  # the start's [R | p] as (1, 3, B) columns
-    for y, out in zip(Y, world):
+    for i, y in enumerate(Y):
         # R y + p for the columns that are points
         rows = pieces(y, 1)
-        torch.mul(R[0], rows[0], out=out).addcmul_(R[1], rows[1]).addcmul_(R[2], rows[2])
-        if p is not None:
-            out.addcmul_(p, is_point)
+        if in_place:
+            out = torch.mul(R[0], rows[0], out=world[i]).addcmul_(R[1], rows[1]).addcmul_(R[2], rows[2])
+            out = out if p is None else out.addcmul_(p, is_point)
+        else:
+            out = R[0] * rows[0] + R[1] * rows[1] + R[2] * rows[2]
+            out = out if p is None else out + p * is_point
+            world.append(out)
         *R, p = pieces(out[c - 4:], 0)
+    world = world if in_place else torch.stack(world)
     r_F = p[0]
     joints = world[:, :CHAIN_GROUP * cpj].view(g, CHAIN_GROUP, cpj, 3, B)
     s, o = joints[:, :, 0], joints[:, :, -1]  # revolute axes, joint origins (g, m, 3, B)
     d = o - (r_F if about is None else about)
-    twists = world.new_empty(g, CHAIN_GROUP, 6, B)
-    twists[:, :, 3:].copy_(s)
-    (d0, d1, d2), (s0, s1, s2), (l0, l1, l2) = d.unbind(-2), s.unbind(-2), twists[:, :, :3].unbind(-2)
-    torch.mul(d1, s2, out=l0).addcmul_(d2, s1, value=-1)  # d x s
-    torch.mul(d2, s0, out=l1).addcmul_(d0, s2, value=-1)
-    torch.mul(d0, s1, out=l2).addcmul_(d1, s0, value=-1)
+    lin = cross(d, s)  # (into a buffer where nothing is differentiated)
     if cpj == 3:  # prismatic axes
-        twists[:, :, :3].add_(joints[:, :, 1])
+        lin = lin + joints[:, :, 1]
+    twists = torch.cat([lin, s], 2)  # (g, m, 6, B)
     R_F = world[-1, c - 4:c - 1].transpose(0, 1) if rotation else None
     return chain, twists.view(g * CHAIN_GROUP, 6, B)[:len(chain)], r_F, R_F
 
