@@ -88,10 +88,10 @@ def test_long_batch_jacobians(robot, rng, rep, B):
     """Long batches (the batch-last products, which short batches replace by library
     calls) without autograd: every frame's Jacobian (its chain's joints in groups,
     ``frame_twists``, for chains of every length modulo the group's) and one Jacobian
-    rate, configuration by configuration, against Pinocchio; and the same values with the
-    joint positions requiring grad (the chain's composition joint by joint: the products'
-    autograd Functions above both bounds of ``kinematics.CHAIN_PRODUCTS_BELOW``; between
-    them the chain's poses by one ``bmm`` per joint)."""
+    rate (the chain composed joint by joint: the products' autograd Functions above both
+    bounds of ``kinematics.CHAIN_PRODUCTS_BELOW``; between them one ``bmm`` per joint),
+    configuration by configuration, against Pinocchio; and the same Jacobians with the
+    joint positions requiring grad."""
     robot.kd.set_frame_velocity_representation(rep)
     Hs, q, nu, qd = sample(robot, rng, B)
     t = torch.tensor
@@ -111,14 +111,16 @@ def test_long_batch_jacobians(robot, rng, rep, B):
         close(Jd[b], robot.pin.jacobian_dot(rep, frame, Hs[b], q[b], nu[b], qd[b]))
 
 
+@pytest.mark.parametrize("B", [2, DENSE_BELOW])
 @pytest.mark.parametrize("rep", REPRESENTATIONS, ids=lambda r: r.name)
-def test_long_batch_jacobian_gradients(robot, rng, rep):
-    """A long batch's Jacobian with the base pose and the joint positions requiring grad
-    (the chain's joints in groups, ``frame_twists``, through plain operators): for every
-    frame, each configuration's directional derivative along random directions of both
-    against central differences."""
+def test_batch_jacobian_gradients(robot, rng, rep, B):
+    """A batch's Jacobian with the base pose and the joint positions requiring grad (the
+    chain's joints in groups, ``frame_twists``, through plain operators; cross products
+    by the library below ``DENSE_BELOW``, by components from there): for every frame,
+    each configuration's directional derivative along random directions of both against
+    central differences."""
     robot.kd.set_frame_velocity_representation(rep)
-    Hs, q, _, _ = sample(robot, rng, DENSE_BELOW)
+    Hs, q, _, _ = sample(robot, rng, B)
     x = [torch.tensor(Hs), torch.tensor(q)]
     dx = [torch.tensor(rng.normal(size=v.shape)) for v in x]
     leaves = [v.clone().requires_grad_(True) for v in x]
