@@ -114,27 +114,27 @@ def test_long_batch_jacobians(robot, rng, rep, B):
 @pytest.mark.parametrize("B", [2, DENSE_BELOW])
 @pytest.mark.parametrize("rep", REPRESENTATIONS, ids=lambda r: r.name)
 def test_batch_jacobian_gradients(robot, rng, rep, B):
-    """A batch's Jacobian with the base pose and the joint positions requiring grad (the
-    chain's joints in groups, ``frame_twists``, through plain operators; cross products
-    by the library below ``DENSE_BELOW``, by components from there): for every frame,
-    each configuration's directional derivative along random directions of both against
-    central differences."""
+    """A batch's Jacobian and Jacobian rate with every input requiring grad (the chain's
+    joints in groups, ``frame_twists``, through plain operators; cross products by the
+    library below ``DENSE_BELOW``, by components from there): for every frame, each
+    configuration's directional derivative along a random direction of all inputs
+    against central differences."""
     robot.kd.set_frame_velocity_representation(rep)
-    Hs, q, _, _ = sample(robot, rng, B)
-    x = [torch.tensor(Hs), torch.tensor(q)]
+    x = [torch.tensor(v) for v in sample(robot, rng, B)]  # H, q, nu, qd
     dx = [torch.tensor(rng.normal(size=v.shape)) for v in x]
     leaves = [v.clone().requires_grad_(True) for v in x]
     eps = 1e-6
     for frame in robot.frames:
-        J = robot.kd.jacobian(frame, *leaves)
         if robot.kd.model.frame(frame)[0] == 0:  # a frame on the base: J depends on nothing
             continue
-        w = torch.tensor(rng.normal(size=J.shape))
-        grads = torch.autograd.grad((J * w).sum(), leaves)
-        analytic = sum((g * d).flatten(1).sum(1) for g, d in zip(grads, dx))
-        plus, minus = (robot.kd.jacobian(frame, *(v + s * eps * d for v, d in zip(x, dx))) for s in (1, -1))
-        numeric = (w * (plus - minus)).flatten(1).sum(1) / (2 * eps)
-        torch.testing.assert_close(analytic, numeric, rtol=1e-6, atol=1e-6 * numeric.abs().max().item())
+        for f, k in ((robot.kd.jacobian, 2), (robot.kd.jacobian_dot, 4)):
+            out = f(frame, *leaves[:k])
+            w = torch.tensor(rng.normal(size=out.shape))
+            grads = torch.autograd.grad((out * w).sum(), leaves[:k])
+            analytic = sum((g * d).flatten(1).sum(1) for g, d in zip(grads, dx))
+            plus, minus = (f(frame, *(v + s * eps * d for v, d in zip(x[:k], dx))) for s in (1, -1))
+            numeric = (w * (plus - minus)).flatten(1).sum(1) / (2 * eps)
+            torch.testing.assert_close(analytic, numeric, rtol=1e-6, atol=1e-6 * numeric.abs().max().item())
 
 
 @pytest.mark.parametrize("rep", REPRESENTATIONS, ids=lambda r: r.name)

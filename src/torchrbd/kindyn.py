@@ -431,14 +431,20 @@ class KinDynComputations:
         ``subspaces`` False: no motion subspaces (``kin.S`` None, or unused for a frame).
         With ``frame``, only the bodies from the base to that frame's body
         (:func:`~torchrbd.algorithms.chain_forward`, which takes ``subspaces`` and ``every``)."""
-        Hb = a["base_transform"][:, :3].permute(1, 2, 0).contiguous()  # (3, 4, B): one transposing copy
-        R, pB = Hb[:, :3], Hb[:, 3]
+        R, pB = self._base_pose(a)
         if frame is None:
             return alg.forward(model, R, torch.zeros_like(pB), self._bl(a["joint_positions"]), subspaces), R, pB
         body = model.frame(frame)[0]
         # a transposed view: the chain gathers its own coordinates' rows, batch-last, in one copy
         q = a["joint_positions"].transpose(0, 1)
         return alg.chain_forward(model, R, torch.zeros_like(pB), q, body, subspaces, every), R, pB
+
+    @staticmethod
+    def _base_pose(a):
+        """The base's rotation (3, 3, B) and position (3, B), batch-last views of one
+        transposing copy of the flattened inputs' base transforms."""
+        Hb = a["base_transform"][:, :3].permute(1, 2, 0).contiguous()  # (3, 4, B)
+        return Hb[:, :3], Hb[:, 3]
 
     # ----------------------------------------------------------- kinematics
     @_inference
@@ -474,11 +480,10 @@ class KinDynComputations:
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
         model.frame(frame)
         q = a["joint_positions"].transpose(0, 1)  # (n, B), a view
-        if frame_twists.applies(model, frame, q):  # long eager batches: the chain's joints in groups
-            Hb = a["base_transform"][:, :3].permute(1, 2, 0).contiguous()  # (3, 4, B)
-            R, rep = Hb[:, :3], self._rep
+        if frame_twists.applies(model, frame, q):  # eager batches: the chain's joints in groups
+            (R, pB), rep = self._base_pose(a), self._rep
             chain, cols, origin, RF = frame_twists.frame_twists(
-                model, R, q, frame, about=Hb[:, 3].neg() if rep == rep_.INERTIAL else None, rotation=rep == rep_.BODY)
+                model, R, q, frame, about=pB.neg() if rep == rep_.INERTIAL else None, rotation=rep == rep_.BODY)
             return self._out(self._jacobian_in_rep(model, chain, cols, origin, RF, R), bs)
         kin, R, p = self._state(model, a, frame, subspaces=False)  # (made about the point the representation takes)
         return self._out(self._frame_jacobian(model, kin, R, p, frame), bs)
@@ -580,14 +585,21 @@ class KinDynComputations:
         )
         model.frame(frame)
         rep = self._rep
-        kin, R, p = self._state(model, a, frame)
+        q = a["joint_positions"].transpose(0, 1)  # (n, B), a view
+        if frame_twists.applies(model, frame, q):  # the chain's twists about O and the frame's pose by groups
+            R, p = self._base_pose(a)
+            chain, S, pF, RF = frame_twists.frame_twists(model, R, q, frame, about=torch.zeros_like(p), rotation=True)
+            kin = alg.Kinematics(R=None, p=None, S=S, chain=chain)
+        else:
+            kin, R, p = self._state(model, a, frame)
         nu, qd = self._bl(a["base_velocity"]), self._bl(a["joint_velocities"])
         V0 = rep_.to_internal(rep, R, p, nu)
         rates, VF = alg.chain_column_rates(kin, V0, qd)  # (the base's six columns are constant: zero rates)
         if rep == rep_.INERTIAL:  # J's base block is 1 (see _frame_jacobian): only the chain's columns move
             base = rates.new_zeros(6, 6, rates.shape[-1])
             return self._out(self._chain_scatter(model, kin.chain, base, rep_.twists_to_rep(rep, rates[6:], None, p)), bs)
-        _, RF, pF = alg.frame_pose(model, kin, frame)
+        if kin.R is not None:
+            _, RF, pF = alg.frame_pose(model, kin, frame)
         if rep == rep_.BODY:
             base, chain = rep_.body_frame_jacobian_rate(kin.S, rates[6:], RF, pF, VF, R, V0)
             return self._out(self._chain_scatter(model, kin.chain, base, chain), bs)
