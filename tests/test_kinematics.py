@@ -63,8 +63,10 @@ def test_forward_kinematics_of_every_batch_length(robot, rng, B):
         close(T0, refs[0])
     H = torch.tensor(Hs, requires_grad=True)
     qj = torch.tensor(q, requires_grad=True)
+    # tolerances well under gradcheck's defaults (atol 1e-5), which a random projection
+    # of a long batch's outputs can stay under with a term of the gradient missing
     assert torch.autograd.gradcheck(lambda H, qj: robot.kd.forward_kinematics(robot.frames[0], H, qj), (H, qj),
-                                    fast_mode=B >= DENSE_BELOW)
+                                    fast_mode=B >= DENSE_BELOW, atol=1e-8, rtol=1e-6)
 
 
 @pytest.mark.parametrize("rep", REPRESENTATIONS, ids=lambda r: r.name)
