@@ -6,10 +6,10 @@ group's start is linear in the products of the joints' terms ``(1, sin q, cos q[
 joints' term 1). So are the quantities a Jacobian column needs, each body's joint axis
 and origin in the group's start frame. One batched product of constant coefficients
 with the monomials makes them for every group; one composition per group (not per
-joint) takes them to world axes. iCub's l_sole (six joints): 3 + 2 operators for the
-poses where composing joint by joint took six compositions of five. With nothing
-differentiated the compositions write into buffers; otherwise they are plain operators,
-whose backward autograd makes.
+joint) takes them to world axes. iCub's l_sole (six joints, two groups): one product
+and two compositions of three or four operators, where composing joint by joint took
+six compositions of five. With nothing differentiated the compositions write into
+buffers; otherwise they are plain operators, whose backward autograd makes.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from .kinematics import (
     CHAIN_GROUP, _axis_terms, _chain_monomials, _frame_constants, _group_products, _grouped_local_coefficients,
     _in_groups, _placements,
 )
-from .topology import Chain, model_cached_entry, topology
+from .topology import model_cached_entry, topology
 
 
 FROM = 2
