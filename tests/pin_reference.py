@@ -126,6 +126,13 @@ class PinRobot:
         Kinv = np.linalg.inv(self.full_K(rep, H))
         return J @ self.P() @ Kinv
 
+    def frame_velocity(self, rep, frame, H, qj, nu, qd):
+        """(6,) the frame's velocity in rep, linear first (Pinocchio's getFrameVelocity)."""
+        q, v = self.q(H, qj), self.v_local(rep, H, nu, qd)
+        pin.forwardKinematics(self.model, self.data, q, v)
+        pin.updateFramePlacements(self.model, self.data)
+        return pin.getFrameVelocity(self.model, self.data, self.model.getFrameId(frame), self.out_frame(rep)).vector
+
     def jacobian_dot(self, rep, frame, H, qj, nu, qd):
         q, v = self.q(H, qj), self.v_local(rep, H, nu, qd)
         pin.computeJointJacobiansTimeVariation(self.model, self.data, q, v)

@@ -38,6 +38,7 @@ def test_no_graph_breaks(grad, monkeypatch):
         "aba": lambda: kd.aba(H, q, nu, qd, tau),
         "jacobian": lambda: kd.jacobian("FL_foot", H, q),
         "jacobian_dot": lambda: kd.jacobian_dot("FL_foot", H, q, nu, qd),
+        "link_velocities": lambda: kd.link_velocities(H, q, nu, qd),
         "centroidal_momentum_matrix": lambda: kd.centroidal_momentum_matrix(H, q),
     }
     from torchrbd.algorithms import tree_cholesky
@@ -217,6 +218,7 @@ def test_every_compiled_method_follows_the_representation():
         "forward_kinematics": lambda k: k.forward_kinematics(f, H, q),
         "jacobian": lambda k: k.jacobian(f, H, q),
         "jacobian_dot": lambda k: k.jacobian_dot(f, H, q, nu, qd),
+        "link_velocities": lambda k: k.link_velocities(H, q, nu, qd),
         "CoM_jacobian": lambda k: k.CoM_jacobian(H, q),
         "mass_matrix": lambda k: k.mass_matrix(H, q),
         "centroidal_momentum_matrix": lambda k: k.centroidal_momentum_matrix(H, q),

@@ -56,6 +56,7 @@ def _calls(kd, frame, H, q, nu, qd, tau):
     return {
         "forward_kinematics": lambda: kd.forward_kinematics(frame, H, q),
         "link_poses": lambda: kd.link_poses(H, q),
+        "link_velocities": lambda: kd.link_velocities(H, q, nu, qd),
         "jacobian": lambda: kd.jacobian(frame, H, q),
         "relative_jacobian": lambda: kd.relative_jacobian(frame, q),
         "jacobian_dot": lambda: kd.jacobian_dot(frame, H, q, nu, qd),

@@ -57,6 +57,7 @@ def _calls(kd, frame, H, q, nu, qd, tau, plain=False):
     return {
         "forward_kinematics": lambda: m("forward_kinematics")(frame, H, q),
         "link_poses": lambda: m("link_poses")(H, q),
+        "link_velocities": lambda: m("link_velocities")(H, q, nu, qd),
         "jacobian": lambda: m("jacobian")(frame, H, q),
         "jacobian_dot": lambda: m("jacobian_dot")(frame, H, q, nu, qd),
         "CoM_position": lambda: m("CoM_position")(H, q),

@@ -140,6 +140,24 @@ def test_batch_jacobian_gradients(robot, rng, rep, B):
 
 
 @pytest.mark.parametrize("rep", REPRESENTATIONS, ids=lambda r: r.name)
+def test_link_velocities(robot, rng, rep):
+    """Every link's velocity from one sweep of the tree (``link_velocities``) against
+    Pinocchio's frame velocities, for a batch of two and one unbatched configuration."""
+    robot.kd.set_frame_velocity_representation(rep)
+    Hs, q, nu, qd = sample(robot, rng, 2)
+    t = torch.tensor
+    names = robot.kd.model.link_names
+    V = robot.kd.link_velocities(t(Hs), t(q), t(nu), t(qd))
+    assert V.shape == (2, len(names), 6)
+    refs = [np.stack([robot.pin.frame_velocity(rep, name, Hs[b], q[b], nu[b], qd[b]) for name in names]) for b in range(2)]
+    for b in range(2):
+        close(V[b], refs[b])
+    V0 = robot.kd.link_velocities(t(Hs[0]), t(q[0]), t(nu[0]), t(qd[0]))
+    assert V0.shape == (len(names), 6)
+    close(V0, refs[0])
+
+
+@pytest.mark.parametrize("rep", REPRESENTATIONS, ids=lambda r: r.name)
 def test_jacobian_dot(robot, rng, rep):
     robot.kd.set_frame_velocity_representation(rep)
     Hs, q, nu, qd = sample(robot, rng, 2)
@@ -187,6 +205,7 @@ def test_outputs_are_contiguous_in_the_batch_shape(batch):
     q, nu, qd, tau = r(n), r(6), r(n), r(n)
     results = {
         "forward_kinematics": kd.forward_kinematics(f, H, q), "link_poses": kd.link_poses(H, q),
+        "link_velocities": kd.link_velocities(H, q, nu, qd),
         "jacobian": kd.jacobian(f, H, q), "jacobian_dot": kd.jacobian_dot(f, H, q, nu, qd),
         "relative_jacobian": kd.relative_jacobian(f, q), "CoM_position": kd.CoM_position(H, q),
         "CoM_jacobian": kd.CoM_jacobian(H, q), "mass_matrix": kd.mass_matrix(H, q),

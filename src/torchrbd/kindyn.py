@@ -142,7 +142,7 @@ class KinDynComputations:
     _COMPILED = (
         "forward_kinematics", "jacobian", "jacobian_dot", "CoM_position", "CoM_jacobian", "mass_matrix",
         "centroidal_momentum_matrix", "bias_force", "coriolis_term", "gravity_term", "rnea", "aba",
-        "link_poses", "mass_matrix_and_bias_force",
+        "link_poses", "link_velocities", "mass_matrix_and_bias_force",
     )
 
     # One frame's pose, Jacobian and its rate are a short chain of tiny products: told
@@ -473,6 +473,24 @@ class KinDynComputations:
         R, r = alg.link_poses(model, kin)
         H = homogeneous(to_batch_first(R), to_batch_first(r + pB))
         return H.reshape(*bs, model.nlink, 4, 4)
+
+    @_inference
+    @_tree_sweep
+    def link_velocities(self, base_transform, joint_positions, base_velocity, joint_velocities) -> torch.Tensor:
+        """(..., nlink, 6) every link's velocity in the representation, ``model.link_names``
+        order: what ``jacobian(link) @ [base_velocity; joint_velocities]`` gives for each
+        link, from one sweep of the tree (each body's twist the base's plus the running
+        sum of its joints' ``S qd``) rather than a Jacobian per link."""
+        model, bs, a = self._inputs(
+            base_transform=base_transform, joint_positions=joint_positions,
+            base_velocity=base_velocity, joint_velocities=joint_velocities,
+        )
+        kin, R, p = self._state(model, a)
+        V0 = rep_.to_internal(self._rep, R, p, self._bl(a["base_velocity"]))
+        V, _ = alg.body_velocities(model, kin, V0, self._bl(a["joint_velocities"]))  # (nb, 6, B) about O
+        R_l, r_l = alg.link_poses(model, kin)
+        V_l = V.index_select(0, alg.topology(model).link_body)
+        return self._out(rep_.velocities_to_rep(self._rep, V_l, R_l, r_l, p), bs)
 
     @_inference
     def jacobian(self, frame: str, base_transform, joint_positions) -> torch.Tensor:

@@ -158,6 +158,18 @@ def twists_to_rep(rep, V, r_F, pB):
     return torch.cat([lin - cross(r_F, ang), ang], 1)
 
 
+def velocities_to_rep(rep, V, R_F, r_F, pB):
+    """Frames' velocities (k, 6, B) in ``rep``, what ``J_F [nu; qd]`` gives, from their
+    bodies' internal twists ``V`` (k, 6, B), the frames' rotations ``R_F`` (k, 3, 3, B) and
+    origins ``r_F`` (k, 3, B) relative to the base, the base at ``pB`` (3, B): in MIXED
+    each origin's velocity and the angular velocity, world axes; in BODY_FIXED the same
+    in the frame's axes; in INERTIAL_FIXED the twist about the world origin."""
+    if rep == INERTIAL:
+        return twists_to_rep(rep, V, None, pB)
+    mixed = twists_to_rep(MIXED, V, r_F, pB)
+    return mixed if rep == MIXED else mtv(R_F[:, None], pair(mixed)).reshape(mixed.shape)
+
+
 def mixed_base_rows(r_F: torch.Tensor) -> torch.Tensor:
     """(6, 6, B) the rows of a frame's MIXED Jacobian over the base columns, ``X`` itself:
     ``[[1, -[r_F]x], [0, 1]]`` for the frame origin ``r_F`` (3, B) relative to the base,

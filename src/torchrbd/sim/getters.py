@@ -12,7 +12,7 @@ from ..spatial import homogeneous, matrix_to_quat, skew
 from . import dynamics as dyn
 from . import quaternion as quat
 from .indexing import as_index, as_value
-from .kinematics import link_states
+from .kinematics import link_poses, link_velocities
 from .tensor import wrap
 
 
@@ -95,38 +95,44 @@ class EntityGetters:
         """(..., 3) base angular velocity, world axes."""
         return self._base_part(3, 6, "get_ang", envs_idx, velocity=True)
 
-    def _links(self, links_idx_local, envs_idx, method):
+    def _links(self, links_idx_local, envs_idx, method, velocities: bool = False):
+        """The selected links' world poses ``(R, p)``, or with ``velocities`` their
+        velocities ``(v, w)`` (see :mod:`.kinematics`), and the selected rows."""
         self._need_built(method)
         rows = self._rows(envs_idx, method)
         cols = as_index(links_idx_local, self.n_links, "links_idx_local", self._name(method))
         with self._grad_ctx():
             R, p, _ = self._base(self._qpos)
             st = self._statics()
-            nu = self._vel[:, :6] if self.floating else None
-            out = link_states(self._kd, R, p, dyn.joints(st, self._qpos), nu, dyn.joints(st, self._vel))
+            q = dyn.joints(st, self._qpos)
+            if velocities:
+                nu = self._vel[:, :6] if self.floating else None
+                out = link_velocities(self._kd, R, p, q, nu, dyn.joints(st, self._vel))
+            else:
+                out = link_poses(self._kd, R, p, q)
         if cols is not None:
             out = tuple(x[:, cols.to(x.device)] for x in out)
         return out, rows
 
     def get_links_pos(self, links_idx_local=None, envs_idx=None):
         """(..., n_links, 3) world positions of the link frames' origins."""
-        (_, p, _, _), rows = self._links(links_idx_local, envs_idx, "get_links_pos")
+        (_, p), rows = self._links(links_idx_local, envs_idx, "get_links_pos")
         return self._out(p, rows)
 
     def get_links_quat(self, links_idx_local=None, envs_idx=None):
         """(..., n_links, 4) world orientations of the link frames, wxyz (w >= 0)."""
-        (R, _, _, _), rows = self._links(links_idx_local, envs_idx, "get_links_quat")
+        (R, _), rows = self._links(links_idx_local, envs_idx, "get_links_quat")
         with self._grad_ctx():
             return self._out(matrix_to_quat(R), rows)
 
     def get_links_vel(self, links_idx_local=None, envs_idx=None):
         """(..., n_links, 3) world velocities of the link frames' origins."""
-        (_, _, v, _), rows = self._links(links_idx_local, envs_idx, "get_links_vel")
+        (v, _), rows = self._links(links_idx_local, envs_idx, "get_links_vel", velocities=True)
         return self._out(v, rows)
 
     def get_links_ang(self, links_idx_local=None, envs_idx=None):
         """(..., n_links, 3) angular velocities of the links, world axes."""
-        (_, _, _, w), rows = self._links(links_idx_local, envs_idx, "get_links_ang")
+        (_, w), rows = self._links(links_idx_local, envs_idx, "get_links_ang", velocities=True)
         return self._out(w, rows)
 
     def get_mass_mat(self, envs_idx=None):
