@@ -306,6 +306,30 @@ def test_rotation_primitives_have_finite_gradients_at_identity_and_half_turns():
         close(quat_to_matrix(q), R, 1e-12, f"quat round trip at {angle}")
 
 
+@pytest.mark.parametrize("shape", [(), (7,), (2, 3)])
+def test_matrix_to_quat_matches_mujoco(shape):
+    """matrix_to_quat (one product for Shepperd's four candidates) against MuJoCo's
+    mju_mat2Quat, sign fixed to w >= 0, for random rotations and half turns about
+    random axes (w = 0, where the candidate chosen is not the first), in any leading
+    shape."""
+    mujoco = pytest.importorskip("mujoco")
+    from torchrbd.spatial import axis_angle_to_matrix, matrix_to_quat
+
+    rng = np.random.default_rng(4)
+    count = int(np.prod(shape)) if shape else 1
+    axes = torch.tensor(rng.normal(size=(count, 3)))
+    axes = axes / axes.norm(dim=-1, keepdim=True)
+    for angles in (torch.tensor(rng.uniform(-np.pi, np.pi, size=count)), torch.full((count,), np.pi, dtype=f64)):
+        R = axis_angle_to_matrix(axes, angles).reshape(*shape, 3, 3)
+        q = matrix_to_quat(R)
+        assert q.shape == (*shape, 4)
+        for Ri, qi in zip(R.reshape(-1, 3, 3).numpy(), q.reshape(-1, 4).numpy()):
+            ref = np.zeros(4)
+            mujoco.mju_mat2Quat(ref, Ri.reshape(9))
+            assert qi[0] >= 0
+            np.testing.assert_allclose(qi, ref if qi @ ref > 0 else -ref, atol=1e-12)  # (q and -q: one rotation)
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_quat_to_matrix_matches_mujoco_for_any_norm(dtype):
     """quat_to_matrix (wxyz, not necessarily unit, any leading shape) against MuJoCo's
