@@ -33,6 +33,13 @@ def test_bench_contacts_prints_a_row_per_size(capsys, sim_settings):
     assert "| 2 | float64 | auto |" in out and "| 2 | float64 | tree |" in out and "MuJoCo" in out
 
 
+def test_bench_getters_prints_a_row_per_size(capsys, sim_settings):
+    _script("bench_getters")["main"](["--n-envs", "1", "2", "--calls", "1"])
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| 1 |") or line.startswith("| 2 |")]
+    assert len(rows) == 2 and all(len(r.split("|")) == 11 for r in rows) and "get_links_pos" in out
+
+
 def test_gpu_check_pieces_run_on_the_cpu(sim_settings):
     g = _script("gpu_check")
     kd = g["torchrbd"].models.load("quadruped")
