@@ -58,6 +58,8 @@ def test_chunked_methods_match_pinocchio(icub, rng, chunk_calls, rep):
         (kd.gravity_term(*args[:2]), lambda b: pin.rnea(rep, Hs[b], q[b], z6, zn, z6, zn)),
         (kd.rnea(*args, t(nud), t(qdd)), lambda b: pin.rnea(rep, Hs[b], q[b], nu[b], qd[b], nud[b], qdd[b])),
         (kd.aba(*args, t(tau)), lambda b: pin.aba(rep, Hs[b], q[b], nu[b], qd[b], tau[b])),
+        (kd.link_velocities(*args), lambda b: np.stack([pin.frame_velocity(rep, name, Hs[b], q[b], nu[b], qd[b])
+                                                        for name in kd.model.link_names])),
     ]
     M, h = kd.mass_matrix_and_bias_force(*args)
     checks += [(M, checks[5][1]), (h, checks[7][1])]
