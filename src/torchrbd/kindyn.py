@@ -610,13 +610,14 @@ class KinDynComputations:
             kin = alg.Kinematics(R=None, p=None, S=S, chain=chain)
         else:
             kin, R, p = self._state(model, a, frame)
+            RF = pF = None  # (the frame's pose, made below where the representation needs it)
         nu, qd = self._bl(a["base_velocity"]), self._bl(a["joint_velocities"])
         V0 = rep_.to_internal(rep, R, p, nu)
         rates, VF = alg.chain_column_rates(kin, V0, qd)  # (the base's six columns are constant: zero rates)
         if rep == rep_.INERTIAL:  # J's base block is 1 (see _frame_jacobian): only the chain's columns move
             base = rates.new_zeros(6, 6, rates.shape[-1])
             return self._out(self._chain_scatter(model, kin.chain, base, rep_.twists_to_rep(rep, rates[6:], None, p)), bs)
-        if kin.R is not None:
+        if RF is None:
             _, RF, pF = alg.frame_pose(model, kin, frame)
         if rep == rep_.BODY:
             base, chain = rep_.body_frame_jacobian_rate(kin.S, rates[6:], RF, pF, VF, R, V0)

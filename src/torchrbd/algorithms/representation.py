@@ -167,7 +167,13 @@ def velocities_to_rep(rep, V, R_F, r_F, pB):
     if rep == INERTIAL:
         return twists_to_rep(rep, V, None, pB)
     mixed = twists_to_rep(MIXED, V, r_F, pB)
-    return mixed if rep == MIXED else mtv(R_F[:, None], pair(mixed)).reshape(mixed.shape)
+    return mixed if rep == MIXED else _in_frame_axes(R_F[:, None], mixed)
+
+
+def _in_frame_axes(R_F: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
+    """Twists ``V`` (k, 6, B), world axes, in the axes of ``R_F`` (3, 3, B), or one per
+    twist as (k, 1, 3, 3, B): ``R_F^T`` on each half."""
+    return mtv(R_F, pair(V)).reshape(V.shape)
 
 
 def mixed_base_rows(r_F: torch.Tensor) -> torch.Tensor:
@@ -193,8 +199,7 @@ def body_frame_jacobian(chain_cols: torch.Tensor, R_F: torch.Tensor, r_F: torch.
     gather, :func:`_body_base_rows`), and the chain's columns are ``R_F^T`` on each half."""
     c = R.transpose(0, 1)  # R's columns (3, 3, B)
     base = _body_base_rows(mtv(R_F, torch.cat([c, cross(c, r_F)])))
-    k, B = chain_cols.shape[0], r_F.shape[-1]
-    return base, mtv(R_F, pair(chain_cols)).reshape(k, 6, B)
+    return base, _in_frame_axes(R_F, chain_cols)
 
 
 def body_frame_jacobian_rate(chain_cols, chain_rates, R_F, r_F, V_F, R, V_0):
