@@ -61,23 +61,45 @@ def test_place_falls_back_where_the_loop_does_not_apply():
     assert torch.equal(placement.place(strided, index), strided[index].t())
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-@pytest.mark.parametrize("B", [5, 64])
-def test_place_into_columns(dtype, B):
-    """With ``columns``: entry j into ``out[:, columns[j]]`` of a row-strided ``out``,
-    the rest untouched (as the Jacobian's base block and chain columns are placed)."""
+@pytest.mark.skipif(not placement.NATIVE, reason="torchrbd._placement not built (no C compiler)")
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.int32])
+@pytest.mark.parametrize("B", [1, 13, 16, 1031])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_place_zeroed_matches_zeros_and_index_copy(dtype, B, threads):
+    """Every number of each ``out`` row up to its width zeroed, whatever it held, and
+    each part's rows in their columns; past the width (a row-strided ``out``) untouched.
+    Parts with padded rows, a tail of configurations shorter than a cache line, and
+    both thread counts (the loop goes parallel from ``PARALLEL_FROM`` numbers)."""
     g = torch.Generator().manual_seed(B)
-    K, P, W = 20, 30, 50
-    src = torch.randn(K, B, generator=g).to(dtype)
-    index = torch.randint(0, K, (P,), generator=g)
-    columns = torch.randperm(W, generator=g)[:P]
-    wide = torch.full((B, W + 3), -7.0, dtype=dtype)
-    out = wide[:, :W]  # (row stride W + 3)
-    expected = out.clone().index_copy_(1, columns, torch.gather(src.t(), 1, index.expand(B, P)))
-    assert placement.place(src, index, out=out, columns=columns) is out
+    W, sizes = 61, (7, 20, 3)
+    columns = torch.randperm(W, generator=g)[:sum(sizes)].split(sizes)
+    srcs = [(torch.randn(P, B + 3, generator=g) * 100).to(dtype)[:, :B] for P in sizes]  # (row stride B + 3)
+    wide = torch.full((B, W + 2), -7, dtype=dtype)
+    out = wide[:, :W]
+    expected = torch.zeros(B, W, dtype=dtype)
+    for src, cols in zip(srcs, columns):
+        expected.index_copy_(1, cols, src.t())
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        assert placement.place_zeroed(out, list(zip(srcs, columns)))
+    finally:
+        torch.set_num_threads(before)
     assert torch.equal(out, expected)
-    assert torch.equal(wide[:, W:], torch.full((B, 3), -7.0, dtype=dtype))
-    assert placement._native_applies(src, index, out, columns) == placement.NATIVE
+    assert torch.equal(wide[:, W:], torch.full((B, 2), -7, dtype=dtype))
+
+
+def test_place_zeroed_declines_what_the_loop_cannot_do():
+    """It returns False and leaves ``out`` as it was: gradients, 2-byte numbers, more
+    than four parts, columns of another dtype."""
+    out = torch.full((8, 10), 5.0, dtype=torch.float64)
+    cols = torch.arange(3)
+    src = torch.randn(3, 8, dtype=torch.float64)
+    assert not placement.place_zeroed(out, [(src.requires_grad_(), cols)])
+    assert not placement.place_zeroed(out.half(), [(src.detach().half(), cols)])
+    assert not placement.place_zeroed(out, [(src.detach(), cols)] * 5)
+    assert not placement.place_zeroed(out, [(src.detach(), cols.int())])
+    assert torch.equal(out, torch.full((8, 10), 5.0, dtype=torch.float64))
 
 
 def _method_calls(kd, B, dtype):
@@ -120,9 +142,13 @@ def test_results_are_the_same_with_and_without_the_c_loop(monkeypatch, compiled,
             calls.append(args)
             return loop.place(*args)
 
+        def place_zeroed(self, *args):
+            calls.append(args)
+            return loop.place_zeroed(*args)
+
     monkeypatch.setattr(placement, "_placement", Counting())
     with_loop = call()
-    assert len(calls) == (2 if method.startswith("jacobian") else 1)  # (the base block, the chain's columns)
+    assert len(calls) == 1  # (a Jacobian's zeros, base block and chain columns in one call)
     monkeypatch.setattr(placement, "NATIVE", False)
     calls.clear()
     without = call()

@@ -72,15 +72,25 @@ RESULT_BUFFER_BYTES = 1 << 20
 about what the clone of 100 KB costs)."""
 
 
-def result_buffer(like: torch.Tensor, *shape: int) -> torch.Tensor | None:
+ONE_PASS_RESULT_BYTES = 1 << 17
+"""The threshold of :func:`result_buffer` (if lower than ``RESULT_BUFFER_BYTES``) for a
+result that its last operator writes in full in one pass (a Jacobian zeroed and placed by
+``placement.place_zeroed``): from about the size whose clone costs more than making a
+normal tensor. (A result that is zero-filled first pays for the extra pass over a normal
+tensor's fresh memory what it saves in the clone.)"""
+
+
+def result_buffer(like: torch.Tensor, *shape: int, one_pass: bool = False) -> torch.Tensor | None:
     """An empty ``shape`` tensor of ``like``'s dtype and device for the last operator of
     a result to write into (``out=``): a normal tensor, which then leaves the method
-    without a clone, for a result of at least ``RESULT_BUFFER_BYTES`` where the method
-    runs under the inference mode :func:`call_in_inference_mode` entered; otherwise None
+    without a clone, for a result of at least ``RESULT_BUFFER_BYTES`` (``one_pass``: or
+    ``ONE_PASS_RESULT_BYTES``) where the method runs under the inference mode
+    :func:`call_in_inference_mode` entered; otherwise None
     (the operator allocates its result as usual: under the caller's own inference mode
     results stay inference tensors)."""
     if (torch.compiler.is_compiling() or not getattr(_ours, "active", False) or not torch.is_inference_mode_enabled()
-            or math.prod(shape) * like.element_size() < RESULT_BUFFER_BYTES):
+            or math.prod(shape) * like.element_size() < (
+                min(RESULT_BUFFER_BYTES, ONE_PASS_RESULT_BYTES) if one_pass else RESULT_BUFFER_BYTES)):
         return None
     with torch.inference_mode(False):
         return like.new_empty(shape)

@@ -559,13 +559,15 @@ class KinDynComputations:
         ``torch.func`` transforms and inductor take as one operator."""
         B, N = base.shape[-1], 6 + model.n
         if writes_into_buffers(base, chain_cols):
+            if placement.applies(base, B * 6 * N):  # (the C loop: zeros, base rows and the chain's in one pass)
+                out = result_buffer(base, B, 6, N, one_pass=True)
+                out = base.new_empty(B, 6, N) if out is None else out
+                k, columns = chain_cols.shape[0], chain.jacobian_columns
+                parts = ((base.reshape(36, B), columns[:36]), (chain_cols.reshape(6 * k, B), columns[36:]))
+                if placement.place_zeroed(out.view(B, 6 * N), parts):
+                    return out.permute(1, 2, 0)
             out = result_buffer(base, B, 6, N)
             out = base.new_zeros(B, 6, N) if out is None else out.zero_()
-            if placement.applies(base, B * 6 * N):  # (the C loop: base rows, then the chain's)
-                k, columns, flat = chain_cols.shape[0], chain.jacobian_columns, out.view(B, 6 * N)
-                placement.place(base.reshape(36, B), placement.rows(36), out=flat, columns=columns[:36])
-                placement.place(chain_cols.reshape(6 * k, B), placement.rows(6 * k), out=flat, columns=columns[36:])
-                return out.permute(1, 2, 0)
             out[:, :, :6].copy_(base.permute(2, 0, 1))
             cols = chain_cols.permute(2, 1, 0)  # (B, 6, k)
             for col, k, length in chain.runs:
