@@ -54,7 +54,8 @@ def place(src: torch.Tensor, index: torch.Tensor, out: torch.Tensor | None = Non
 def place_zeroed(out: torch.Tensor, parts) -> bool:
     """Zero ``out`` (B, W) (unit column stride) and copy into it each of ``parts``, pairs
     ``(src, columns)`` of rows ``src`` (P, B) batch-last (any row stride, unit column
-    stride) and their columns (P,) int64: ``out[b, columns[j]] = src[j, b]``. One pass
+    stride) and their columns (P,) int64, not checked (they must be below W):
+    ``out[b, columns[j]] = src[j, b]``. One pass
     of the C loop, each block of configurations' rows zeroed and filled in the L1 cache
     (at most four parts). Returns whether it ran: False, with nothing done, where the loop
     does not apply (see :func:`place`'s conditions), and the caller zeroes and places."""
