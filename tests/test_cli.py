@@ -385,3 +385,23 @@ def test_bench_compiles_with_the_python_wrapper_when_asked(monkeypatch):
     for flag in (False, True):
         bench.torchrbd_cases(path, None, "ee", 2, torch.float64, torch.device("cpu"), True, python_wrapper=flag)
     assert seen == [{}, {"options": {"cpp_wrapper": False}}]
+
+
+def test_bench_times_a_compiled_first_call_and_counts_its_graphs(tmp_path, monkeypatch):
+    """``bench.first_call``: the time of a compiled function's first call, and how many
+    graphs inductor compiled for it or took from its on-disk cache; a second call
+    compiles nothing. The cache is a fresh directory, so the graph is compiled."""
+    from torchrbd import bench
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    torch._dynamo.reset()
+    x = torch.randn(5, dtype=torch.float64)
+    f = torch.compile(lambda: (x.sin() * 3.0).sum())
+    seconds, cached, compiled = bench.first_call(f)
+    assert seconds > 0 and (cached, compiled) == (0, 1)
+    assert bench.first_call(f)[1:] == (0, 0)
+    line = bench.first_calls_line({("mass_matrix", "compiled"): (17.61, 0, 2), ("aba", "compiled"): (30.0, 1, 3),
+                                   ("mass_matrix", "compiled float32"): (12.0, 2, 0)})
+    assert line == ("compiled, first call of each quantity (tracing, compiling and one call; 3 of 8 graphs from "
+                    "inductor's on-disk cache of earlier runs): mass_matrix 17.6 s, aba 30.0 s; "
+                    "float32: mass_matrix 12.0 s.")

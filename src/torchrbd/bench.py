@@ -261,6 +261,42 @@ def adam_cases(path, joints, frame, B, dtype):
     }, "adam"
 
 
+def first_call(fn, sync=None) -> tuple:
+    """``(seconds, cached, compiled)`` of the first call of ``fn``, a method of a compiled
+    copy: dynamo's tracing, inductor's compiling and one call, with the number of graphs
+    inductor took from its on-disk cache of earlier runs (``cached``) and compiled anew
+    (not found there, or one that inductor does not cache).
+    The first compile of a process also pays for inductor's start-up."""
+    from torch._dynamo.utils import counters
+
+    def graphs():  # (read anew: inductor's first compile in a process replaces the Counter with a copy)
+        inductor = counters["inductor"]
+        return inductor["fxgraph_cache_hit"], inductor["fxgraph_cache_miss"] + inductor["fxgraph_cache_bypass"]
+
+    hits, misses = graphs()
+    start = time.perf_counter()
+    fn()
+    if sync:
+        sync()
+    seconds = time.perf_counter() - start
+    hits_after, misses_after = graphs()
+    return seconds, hits_after - hits, misses_after - misses
+
+
+def first_calls_line(firsts: dict) -> str:
+    """The line printed under a batch size's table about the compiled columns' first
+    calls: ``firsts`` maps ``(quantity, column)`` to :func:`first_call`'s result."""
+    cached = sum(f[1] for f in firsts.values())
+    graphs = cached + sum(f[2] for f in firsts.values())
+    parts = []
+    for column in ("compiled", "compiled float32"):
+        times = [f"{name} {f[0]:.1f} s" for (name, col), f in firsts.items() if col == column]
+        if times:
+            parts.append(("float32: " if column != "compiled" else "") + ", ".join(times))
+    return (f"compiled, first call of each quantity (tracing, compiling and one call; {cached} of {graphs} "
+            f"graphs from inductor's on-disk cache of earlier runs): " + "; ".join(parts) + ".")
+
+
 def _fmt(t):
     if t is None:
         return "-"
@@ -341,6 +377,9 @@ def main(argv=None) -> list:
         print(sep)
         columns = {"torchrbd": ours, "pinocchio": pin_cases or {}, "compiled": comp, "float32": f32,
                    "compiled float32": comp32}
+        # (the compiled columns' first calls, timed before the rounds: what compiling each one costs)
+        firsts = {(name, col): first_call(columns[col][name], sync)
+                  for col in ("compiled", "compiled float32") for name in ours if name in columns[col]}
         calls = {(name, col): fns.get(name) for name in ours for col, fns in columns.items()}
         if device.type == "cpu":
             calls[PROBE_KEY] = memory_probe(device)
@@ -352,7 +391,9 @@ def main(argv=None) -> list:
             t, tp, tc, t32, tc32 = (times.get((name, col))
                                     for col in ("torchrbd", "pinocchio", "compiled", "float32", "compiled float32"))
             row = dict(batch=B, quantity=name, pinocchio=tp, torchrbd=t, compiled=tc, float32=t32,
-                       compiled_float32=tc32, adam=ta, memory_probe_spread=spreads.get(PROBE_KEY))
+                       compiled_float32=tc32, adam=ta, memory_probe_spread=spreads.get(PROBE_KEY),
+                       compiled_first_call=firsts.get((name, "compiled"), (None,))[0],
+                       compiled_float32_first_call=firsts.get((name, "compiled float32"), (None,))[0])
             rows.append(row)
             line = f"| {name} | {_fmt(tp)} | {_fmt(t)} | {B / t:,.0f} | {f'{t / tp:.2f}x' if tp else '-'} |"
             if comp:
@@ -365,6 +406,8 @@ def main(argv=None) -> list:
             print(line)
         if PROBE_KEY in times:
             print("\n" + probe_line(times[PROBE_KEY], spreads[PROBE_KEY], B))
+        if firsts:
+            print("\n" + first_calls_line(firsts))
     print("\nratio = torchrbd time / Pinocchio time (below 1 means torchrbd is faster); "
           "configs/s = batch size / torchrbd time.")
     return rows
