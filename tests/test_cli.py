@@ -267,18 +267,26 @@ def test_bench_samples_all_quantities_round_by_round(monkeypatch):
 
 def test_bench_times_compiled_float32_with_compile_and_both_dtypes(monkeypatch, capsys):
     """`--compile --dtype both` adds a compiled float32 column, timed in the same
-    interleaved run, and its speed-up over the compiled float64 one."""
+    interleaved run, and its speed-up over the compiled float64 one; each compiled
+    callable's first call is timed before the rounds (``bench.first_call``, faked here
+    as the timing is: nothing is compiled) and printed under the table."""
     from torchrbd import bench
 
-    seen = []
+    seen, first = [], []
 
     def fake_timeit(fns, repeat, sync=None, single_threaded=("pinocchio",), spreads=None):
         seen.append(sorted(k for k, f in fns.items() if f is not None))
         spreads.update({k: 1.0 for k in fns})
         return {k: {"compiled": 4e-3, "compiled float32": 1e-3}.get(k[-1], 2e-3) for k in fns}
 
+    def fake_first_call(fn, sync=None):
+        first.append(fn)
+        return 2.5, 1, 1
+
     monkeypatch.setattr(bench, "_timeit", fake_timeit)
+    monkeypatch.setattr(bench, "first_call", fake_first_call)
     rows = bench.main(["--quick", "--no-adam", "--dtype", "both", "--compile"])
+    assert len(first) == 2 * len(rows) == 14 and all(row["compiled_first_call"] == 2.5 for row in rows)
     columns = ("torchrbd", "pinocchio", "compiled", "float32", "compiled float32")
     expected = [(row["quantity"], col) for row in rows for col in columns] + [bench.PROBE_KEY]
     assert seen[0] == sorted(expected)
@@ -288,6 +296,8 @@ def test_bench_times_compiled_float32_with_compile_and_both_dtypes(monkeypatch, 
     row = next(line for line in out.splitlines() if line.startswith("| mass_matrix |"))
     cells = [cell.strip() for cell in row.split("|")[1:-1]]
     assert cells[-5:] == ["1 ms", "0.50x", "4.00x", "-", "-"]  # compiled float32, its ratio, speed-up; adam
+    line = next(line for line in out.splitlines() if line.startswith("compiled, first call"))
+    assert "14 of 28 graphs" in line and "; float32: mass_matrix 2.5 s" in line
 
 
 def test_bench_samples_start_with_an_untimed_call(monkeypatch):
@@ -394,7 +404,6 @@ def test_bench_times_a_compiled_first_call_and_counts_its_graphs(tmp_path, monke
     from torchrbd import bench
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
-    torch._dynamo.reset()
     x = torch.randn(5, dtype=torch.float64)
     f = torch.compile(lambda: (x.sin() * 3.0).sum())
     seconds, cached, compiled = bench.first_call(f)
