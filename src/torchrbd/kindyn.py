@@ -533,7 +533,7 @@ class KinDynComputations:
         if rep == rep_.BODY:  # MIXED's pieces turned into the frame's axes
             return self._chain_scatter(model, chain, *rep_.body_frame_jacobian(cols, RF, origin, R))
         # X maps a twist about O to the same twist about the frame origin: the base block is X itself
-        return self._chain_scatter(model, chain, rep_.mixed_base_rows(origin), cols)
+        return self._chain_scatter(model, chain, None, cols, origin=origin)
 
     @staticmethod
     def _chain_twists(model, kin, origin):
@@ -546,10 +546,13 @@ class KinDynComputations:
         return alg.motion_subspaces(model, kin.R, kin.p, chain.bodies, origin=origin)
 
     @staticmethod
-    def _chain_scatter(model, chain, base, chain_cols):
+    def _chain_scatter(model, chain, base, chain_cols, origin=None):
         """(6, 6+n, B) Jacobian-shaped, a view of batch-first memory: ``base`` (6, 6, B)
         rows, the chain's columns ``chain_cols`` (k, 6, B) in place, zeros elsewhere,
-        written batch-first, so that the result needs no transposing copy.
+        written batch-first, so that the result needs no transposing copy. ``base`` None:
+        MIXED's ``[[1, -[r]x], [0, 1]]`` of the frame origin ``origin`` (3, B), which the C
+        loop places from ones, ``r`` and ``-r`` (:func:`~.algorithms.representation.mixed_base_columns`)
+        and the other ways make whole (:func:`~.algorithms.representation.mixed_base_rows`).
         Where results may be written into buffers (:func:`~.algorithms.batchlast.writes_into_buffers`:
         eager, nothing differentiated): from ``placement.PAYS_FROM`` numbers, one pass of
         the C loop zeroes each block of configurations' rows and copies the base block and
@@ -560,15 +563,22 @@ class KinDynComputations:
         concatenation below at B = 1024, 0.68x at B = 64). With gradients, one
         concatenation of the base, the chain's runs and zero blocks between them, which
         autograd, the ``torch.func`` transforms and inductor take as one operator."""
-        B, N = base.shape[-1], 6 + model.n
-        if writes_into_buffers(base, chain_cols):
-            if placement.applies(base, B * 6 * N):  # (the C loop: zeros, base rows and the chain's in one pass)
-                out = result_buffer(base, B, 6, N, one_pass=True)
-                out = base.new_empty(B, 6, N) if out is None else out
+        B, N = chain_cols.shape[-1], 6 + model.n
+        if writes_into_buffers(origin if base is None else base, chain_cols):
+            if placement.applies(chain_cols, B * 6 * N):  # (the C loop: zeros, base rows and the chain's in one pass)
+                out = result_buffer(chain_cols, B, 6, N, one_pass=True)
+                out = chain_cols.new_empty(B, 6, N) if out is None else out
                 k, columns = chain_cols.shape[0], chain.jacobian_columns
-                parts = ((base.reshape(36, B), columns[:36]), (chain_cols.reshape(6 * k, B), columns[36:]))
-                if placement.place_zeroed(out.view(B, 6 * N), parts):
+                if base is None:
+                    ones, r, neg_r = rep_.mixed_base_columns(N, str(origin.device))
+                    parts = ((origin.new_ones(1, B).expand(6, B), ones), (origin, r), (origin.neg(), neg_r))
+                else:
+                    parts = ((base.reshape(36, B), columns[:36]),)
+                if placement.place_zeroed(out.view(B, 6 * N), (*parts, (chain_cols.reshape(6 * k, B), columns[36:]))):
                     return out.permute(1, 2, 0)
+        if base is None:
+            base = rep_.mixed_base_rows(origin)
+        if writes_into_buffers(base, chain_cols):
             out = result_buffer(base, B, 6, N)
             out = base.new_zeros(B, 6, N) if out is None else out.zero_()
             out[:, :, :6].copy_(base.permute(2, 0, 1))

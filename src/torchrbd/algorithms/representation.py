@@ -261,6 +261,19 @@ def _mixed_base_entries(device: str) -> torch.Tensor:
     return torch.tensor(rows, device=device).flatten()
 
 
+@tensor_cache(8)
+def mixed_base_columns(width: int, device: str) -> tuple:
+    """Where the entries 1, ``r`` and ``-r`` of :func:`mixed_base_rows`'s block sit in the
+    row-major (6, ``width``) rows of a Jacobian, its first six columns (``placement.place_zeroed``'s
+    columns): three int64 tensors, (6,) the diagonal's ones, (3,) ``r_x, r_y, r_z``, (3,)
+    ``-r_x, -r_y, -r_z``."""
+    at = [[i * width + j for j in range(6)] for i in range(6)]
+    ones = [at[i][i] for i in range(6)]
+    r = [at[1][5], at[2][3], at[0][4]]  # -[r]x = [[0, r_z, -r_y], [-r_z, 0, r_x], [r_y, -r_x, 0]]
+    neg_r = [at[2][4], at[0][5], at[1][3]]
+    return tuple(torch.tensor(c, device=device) for c in (ones, r, neg_r))
+
+
 def _mixed_twists_dot(V, r_F, V_F):
     """Xdot V in MIXED for twists V (c, 6, B): X moves with the frame origin, whose
     velocity comes from the frame's internal twist ``V_F`` (6, B)."""
