@@ -564,7 +564,9 @@ class KinDynComputations:
         concatenation of the base, the chain's runs and zero blocks between them, which
         autograd, the ``torch.func`` transforms and inductor take as one operator."""
         B, N = chain_cols.shape[-1], 6 + model.n
-        if writes_into_buffers(origin if base is None else base, chain_cols):
+        # (MIXED's base block, made from origin, is differentiated and traced exactly when origin is)
+        in_buffers = writes_into_buffers(origin if base is None else base, chain_cols)
+        if in_buffers:
             if placement.applies(chain_cols, B * 6 * N):  # (the C loop: zeros, base rows and the chain's in one pass)
                 out = result_buffer(chain_cols, B, 6, N, one_pass=True)
                 out = chain_cols.new_empty(B, 6, N) if out is None else out
@@ -578,7 +580,7 @@ class KinDynComputations:
                     return out.permute(1, 2, 0)
         if base is None:
             base = rep_.mixed_base_rows(origin)
-        if writes_into_buffers(base, chain_cols):
+        if in_buffers:
             out = result_buffer(base, B, 6, N)
             out = base.new_zeros(B, 6, N) if out is None else out.zero_()
             out[:, :, :6].copy_(base.permute(2, 0, 1))
