@@ -267,10 +267,12 @@ def mixed_base_columns(width: int, device: str) -> tuple:
     row-major (6, ``width``) rows of a Jacobian, its first six columns (``placement.place_zeroed``'s
     columns): three int64 tensors, (6,) the diagonal's ones, (3,) ``r_x, r_y, r_z``, (3,)
     ``-r_x, -r_y, -r_z``."""
-    at = [[i * width + j for j in range(6)] for i in range(6)]
-    ones = [at[i][i] for i in range(6)]
-    r = [at[1][5], at[2][3], at[0][4]]  # -[r]x = [[0, r_z, -r_y], [-r_z, 0, r_x], [r_y, -r_x, 0]]
-    neg_r = [at[2][4], at[0][5], at[1][3]]
+    entries = _mixed_base_entries("cpu").tolist()  # (the block's layout, written once there)
+
+    def at(k):  # entry k of the row-major 6x6 block, in rows of ``width``
+        return k // 6 * width + k % 6
+    ones = [at(k) for k, e in enumerate(entries) if e == 1]
+    r, neg_r = ([at(entries.index(e)) for e in values] for values in ((2, 3, 4), (5, 6, 7)))
     return tuple(torch.tensor(c, device=device) for c in (ones, r, neg_r))
 
 
