@@ -113,6 +113,7 @@ def _method_calls(kd, B, dtype):
         "mass_matrix": lambda: kd.mass_matrix(H, q),
         "jacobian": lambda: kd.jacobian("l_sole", H, q),
         "jacobian of the base": lambda: kd.jacobian("root_link", H, q),  # (no chain columns)
+        "jacobian_dot": lambda: kd.jacobian_dot("l_sole", H, q, v, qd),
         "bias_force": lambda: kd.bias_force(H, q, v, qd),
         "CoM_jacobian": lambda: kd.CoM_jacobian(H, q),
         "centroidal_momentum_matrix": lambda: kd.centroidal_momentum_matrix(H, q),
@@ -121,16 +122,20 @@ def _method_calls(kd, B, dtype):
 
 @pytest.mark.skipif(not placement.NATIVE, reason="torchrbd._placement not built (no C compiler)")
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-@pytest.mark.parametrize("method, compiled", [
-    ("mass_matrix", False), ("jacobian", False), ("jacobian of the base", False), ("bias_force", False), ("CoM_jacobian", False),
-    ("centroidal_momentum_matrix", False),
-    ("mass_matrix", True),  # (compiled code places only the mass matrix by the loop)
+@pytest.mark.parametrize("method, compiled, representation", [
+    ("mass_matrix", False, "mixed"), ("bias_force", False, "mixed"), ("CoM_jacobian", False, "mixed"),
+    ("centroidal_momentum_matrix", False, "mixed"),
+    # (a frame Jacobian's base block is placed from the few values it is made of, in each representation)
+    *((method, False, rep) for method in ("jacobian", "jacobian of the base", "jacobian_dot")
+      for rep in ("mixed", "body", "inertial")),
+    ("mass_matrix", True, "mixed"),  # (compiled code places only the mass matrix by the loop)
 ])
-def test_results_are_the_same_with_and_without_the_c_loop(monkeypatch, compiled, dtype, method):
+def test_results_are_the_same_with_and_without_the_c_loop(monkeypatch, compiled, dtype, method, representation):
     """Bit for bit: the loop moves numbers, it computes nothing (the methods themselves
     are checked against Pinocchio elsewhere, on whichever path is the default).
     Each call must have taken the loop."""
     kd = torchrbd.KinDynComputations(icub_path(), SEED_JOINTS)
+    kd.set_frame_velocity_representation(torchrbd.Representations(representation))
     if compiled:
         kd = kd.compiled()
     B = 256 if compiled else 1536  # long enough for the loop to pay off

@@ -24,7 +24,7 @@ from .errors import InputError, ModelError
 from .model import Model, load_urdf
 from .algorithms import placement
 from .algorithms.batchlast import DENSE_BELOW, batch_last_grad, to_batch_first, writes_into_buffers
-from .algorithms import forward_dynamics, frame_twists
+from .algorithms import forward_dynamics, frame_twists, jacobian_base
 from .chunking import in_chunks, needs_grad
 from .inference import call_in_inference_mode, normal_tensors, result_buffer
 from .spatial import homogeneous
@@ -528,12 +528,11 @@ class KinDynComputations:
         if rep == rep_.INERTIAL:
             # twists about the world origin, from the base's twist about it: the base block is 1,
             # whatever the frame (iCub's l_sole: see docs/performance.md)
-            eye = torch.eye(6, dtype=cols.dtype, device=cols.device)
-            return self._chain_scatter(model, chain, eye[..., None].expand(6, 6, cols.shape[-1]), cols)
+            return self._chain_scatter(model, chain, jacobian_base.identity(cols), cols)
         if rep == rep_.BODY:  # MIXED's pieces turned into the frame's axes
             return self._chain_scatter(model, chain, *rep_.body_frame_jacobian(cols, RF, origin, R))
         # X maps a twist about O to the same twist about the frame origin: the base block is X itself
-        return self._chain_scatter(model, chain, None, cols, origin=origin)
+        return self._chain_scatter(model, chain, jacobian_base.mixed(origin), cols)
 
     @staticmethod
     def _chain_twists(model, kin, origin):
@@ -546,40 +545,31 @@ class KinDynComputations:
         return alg.motion_subspaces(model, kin.R, kin.p, chain.bodies, origin=origin)
 
     @staticmethod
-    def _chain_scatter(model, chain, base, chain_cols, origin=None):
-        """(6, 6+n, B) Jacobian-shaped, a view of batch-first memory: ``base`` (6, 6, B)
-        rows, the chain's columns ``chain_cols`` (k, 6, B) in place, zeros elsewhere,
-        written batch-first, so that the result needs no transposing copy. ``base`` None:
-        MIXED's ``[[1, -[r]x], [0, 1]]`` of the frame origin ``origin`` (3, B), which the C
-        loop places from ones, ``r`` and ``-r`` (:func:`~.algorithms.representation.mixed_base_columns`)
-        and the other ways make whole (:func:`~.algorithms.representation.mixed_base_rows`).
+    def _chain_scatter(model, chain, base, chain_cols):
+        """(6, 6+n, B) Jacobian-shaped, a view of batch-first memory: the base block
+        ``base`` (a :class:`~.algorithms.jacobian_base.BaseRows`) over the base columns,
+        the chain's columns ``chain_cols`` (k, 6, B) in place, zeros elsewhere, written
+        batch-first, so that the result needs no transposing copy.
         Where results may be written into buffers (:func:`~.algorithms.batchlast.writes_into_buffers`:
         eager, nothing differentiated): from ``placement.PAYS_FROM`` numbers, one pass of
-        the C loop zeroes each block of configurations' rows and copies the base block and
-        the chain's columns into them (:func:`~.algorithms.placement.place_zeroed`; iCub's
-        l_sole, B = 1024, against a zero fill and two placing calls: float32 0.94-0.96x the
-        time, float64 0.98-0.99x); otherwise a zero-filled result into which the base block
-        and the chain's runs of consecutive columns are copied (0.82-0.86x the time of the
-        concatenation below at B = 1024, 0.68x at B = 64). With gradients, one
-        concatenation of the base, the chain's runs and zero blocks between them, which
-        autograd, the ``torch.func`` transforms and inductor take as one operator."""
+        the C loop zeroes each block of configurations' rows and copies the base block's
+        values and the chain's columns into them (:func:`~.algorithms.placement.place_zeroed`;
+        iCub's l_sole, B = 1024, against a zero fill and two placing calls: float32
+        0.94-0.96x the time, float64 0.98-0.99x); otherwise a zero-filled result into
+        which the base block and the chain's runs of consecutive columns are copied
+        (0.82-0.86x the time of the concatenation below at B = 1024, 0.68x at B = 64).
+        With gradients, one concatenation of the base, the chain's runs and zero blocks
+        between them, which autograd, the ``torch.func`` transforms and inductor take as
+        one operator."""
         B, N = chain_cols.shape[-1], 6 + model.n
-        # (MIXED's base block, made from origin, is differentiated and traced exactly when origin is)
-        in_buffers = writes_into_buffers(origin if base is None else base, chain_cols)
-        if in_buffers:
-            if placement.applies(chain_cols, B * 6 * N):  # (the C loop: zeros, base rows and the chain's in one pass)
-                out = result_buffer(chain_cols, B, 6, N, one_pass=True)
-                out = chain_cols.new_empty(B, 6, N) if out is None else out
-                k, columns = chain_cols.shape[0], chain.jacobian_columns
-                if base is None:
-                    ones, r, neg_r = rep_.mixed_base_columns(N, str(origin.device))
-                    parts = ((origin.new_ones(1, B).expand(6, B), ones), (origin, r), (origin.neg(), neg_r))
-                else:
-                    parts = ((base.reshape(36, B), columns[:36]),)
-                if placement.place_zeroed(out.view(B, 6 * N), (*parts, (chain_cols.reshape(6 * k, B), columns[36:]))):
-                    return out.permute(1, 2, 0)
-        if base is None:
-            base = rep_.mixed_base_rows(origin)
+        in_buffers = writes_into_buffers(base.like, chain_cols)
+        if in_buffers and placement.applies(chain_cols, B * 6 * N):  # (the C loop: zeros, base and chain in one pass)
+            out = result_buffer(chain_cols, B, 6, N, one_pass=True)
+            out = chain_cols.new_empty(B, 6, N) if out is None else out
+            chain_part = (chain_cols.reshape(6 * chain_cols.shape[0], B), chain.jacobian_columns)
+            if placement.place_zeroed(out.view(B, 6 * N), (*base.parts(N), chain_part)):
+                return out.permute(1, 2, 0)
+        base = base.block()
         if in_buffers:
             out = result_buffer(base, B, 6, N)
             out = base.new_zeros(B, 6, N) if out is None else out.zero_()
@@ -632,8 +622,8 @@ class KinDynComputations:
         V0 = rep_.to_internal(rep, R, p, nu)
         rates, VF = alg.chain_column_rates(kin, V0, qd)  # (the base's six columns are constant: zero rates)
         if rep == rep_.INERTIAL:  # J's base block is 1 (see _frame_jacobian): only the chain's columns move
-            base = rates.new_zeros(6, 6, rates.shape[-1])
-            return self._out(self._chain_scatter(model, kin.chain, base, rep_.twists_to_rep(rep, rates[6:], None, p)), bs)
+            chain = rep_.twists_to_rep(rep, rates[6:], None, p)
+            return self._out(self._chain_scatter(model, kin.chain, jacobian_base.zeros(chain), chain), bs)
         if RF is None:
             _, RF, pF = alg.frame_pose(model, kin, frame)
         if rep == rep_.BODY:
@@ -643,7 +633,7 @@ class KinDynComputations:
         Jd = rep_.twists_to_rep_rate(rep, cols, rates, RF, pF, VF)  # d/dt (X J)
         JX = rep_.twists_to_rep(rep, cols[:6], pF, p)  # X J, base columns
         base = Jd[:6].transpose(0, 1) + rep_.rows_times_mixed_T_dot(JX.transpose(0, 1), nu)  # (MIXED: T = 1)
-        return self._out(self._chain_scatter(model, kin.chain, base, Jd[6:]), bs)
+        return self._out(self._chain_scatter(model, kin.chain, jacobian_base.dense(base), Jd[6:]), bs)
 
     @_inference
     @_tree_sweep

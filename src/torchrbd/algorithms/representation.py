@@ -32,6 +32,8 @@ import torch
 
 from ..inference import tensor_cache
 from .batchlast import cross, halves, mtv, mv, pair
+from . import jacobian_base
+from .jacobian_base import mixed_base_rows
 from .topology import _uncached
 
 
@@ -176,16 +178,6 @@ def _in_frame_axes(R_F: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
     return mtv(R_F, pair(V)).reshape(V.shape)
 
 
-def mixed_base_rows(r_F: torch.Tensor) -> torch.Tensor:
-    """(6, 6, B) the rows of a frame's MIXED Jacobian over the base columns, ``X`` itself:
-    ``[[1, -[r_F]x], [0, 1]]`` for the frame origin ``r_F`` (3, B) relative to the base,
-    one gather from the values ``(0, 1, r_F, -r_F)`` (what :func:`twists_to_rep` makes of
-    the six unit twists, without converting them)."""
-    B = r_F.shape[-1]
-    values = torch.cat([r_F.new_zeros(1, B), r_F.new_ones(1, B), r_F, r_F.neg()])  # (8, B)
-    return values.index_select(0, _uncached(_mixed_base_entries)(str(r_F.device))).view(6, 6, B)
-
-
 def body_frame_jacobian(chain_cols: torch.Tensor, R_F: torch.Tensor, r_F: torch.Tensor, R: torch.Tensor):
     """A frame's BODY_FIXED Jacobian pieces, (6, 6, B) rows over the base columns and
     (k, 6, B) the chain's columns, from its MIXED chain columns ``chain_cols`` (twists
@@ -195,10 +187,11 @@ def body_frame_jacobian(chain_cols: torch.Tensor, R_F: torch.Tensor, r_F: torch.
     The frame's twist in its own axes is ``R_F^T`` on each half of the MIXED one, and
     the base's MIXED velocity is ``T = [[R, 0], [0, R]]`` times its BODY one: the base
     rows are ``[[Q, P], [0, Q]]``, ``Q = R_F^T R``, ``P = -R_F^T [r_F]x R``, whose
-    columns are R_F^T times R's columns ``c`` and ``c x r_F`` (one product, then one
-    gather, :func:`_body_base_rows`), and the chain's columns are ``R_F^T`` on each half."""
+    columns are R_F^T times R's columns ``c`` and ``c x r_F`` (one product; the block is
+    returned as its :func:`~.jacobian_base.body`), and the chain's columns are ``R_F^T``
+    on each half."""
     c = R.transpose(0, 1)  # R's columns (3, 3, B)
-    base = _body_base_rows(mtv(R_F, torch.cat([c, cross(c, r_F)])))
+    base = jacobian_base.body(mtv(R_F, torch.cat([c, cross(c, r_F)])))
     return base, _in_frame_axes(R_F, chain_cols)
 
 
@@ -211,8 +204,8 @@ def body_frame_jacobian_rate(chain_cols, chain_rates, R_F, r_F, V_F, R, V_0):
     With ``w_F``, ``w_B`` the frame's and the base's angular velocities and
     ``r_F' = v_F + w_F x r_F - v_B`` the rate of the frame origin relative to the base,
     ``Q' = -R_F^T [w_F - w_B]x R`` and ``P' = R_F^T ([w_F]x [r_F]x - [r_F']x - [r_F]x [w_B]x) R``:
-    column by column, cross products of R's columns, one product with R_F^T and the
-    gather of :func:`_body_base_rows`. The chain's columns take
+    column by column, cross products of R's columns and one product with R_F^T (the block
+    as its :func:`~.jacobian_base.body`). The chain's columns take
     :func:`twists_to_rep_rate`. This replaces the rates of the six base columns as
     twists and the products with T and its rate (iCub's l_sole: see
     docs/performance.md)."""
@@ -221,59 +214,8 @@ def body_frame_jacobian_rate(chain_cols, chain_rates, R_F, r_F, V_F, R, V_0):
     r_rate = V_F[:3] + cross(w_F, r_F) - V_0[:3]
     Q_rate = cross(c, w_F - w_B)
     P_rate = cross(w_F, cross(r_F, c)) - cross(r_rate, c) - cross(r_F, cross(w_B, c))
-    base = _body_base_rows(mtv(R_F, torch.cat([Q_rate, P_rate])))
+    base = jacobian_base.body(mtv(R_F, torch.cat([Q_rate, P_rate])))
     return base, twists_to_rep_rate(BODY, chain_cols, chain_rates, R_F, r_F, V_F)
-
-
-def _body_base_rows(V: torch.Tensor) -> torch.Tensor:
-    """(6, 6, B) ``[[Q, P], [0, Q]]`` from ``V`` (6, 3, B), the columns of Q then of P:
-    one gather from ``(0, V)``."""
-    B = V.shape[-1]
-    values = torch.cat([V.new_zeros(1, B), V.reshape(18, B)])  # (19, B)
-    return values.index_select(0, _uncached(_body_base_entries)(str(V.device))).view(6, 6, B)
-
-
-@tensor_cache(8)
-def _body_base_entries(device: str) -> torch.Tensor:
-    """(36,) where each entry of ``[[Q, P], [0, Q]]`` sits in ``(0, V)``, V (6, 3) the
-    columns of Q and then of P (row-major)."""
-    rows = [[0] * 6 for _ in range(6)]
-    for i in range(3):
-        for j in range(3):
-            rows[i][j] = rows[3 + i][3 + j] = 1 + 3 * j + i  # Q[i, j] = V[j, i]
-            rows[i][3 + j] = 10 + 3 * j + i  # P[i, j] = V[3 + j, i]
-    return torch.tensor(rows, device=device).flatten()
-
-
-@tensor_cache(8)
-def _mixed_base_entries(device: str) -> torch.Tensor:
-    """(36,) where each entry of ``[[1, -[r]x], [0, 1]]`` sits in ``(0, 1, r, -r)``
-    (row-major; ``-[r]x = [[0, r_z, -r_y], [-r_z, 0, r_x], [r_y, -r_x, 0]]``)."""
-    rx, ry, rz, nx, ny, nz = 2, 3, 4, 5, 6, 7
-    rows = [
-        [1, 0, 0, 0, rz, ny],
-        [0, 1, 0, nz, 0, rx],
-        [0, 0, 1, ry, nx, 0],
-        [0, 0, 0, 1, 0, 0],
-        [0, 0, 0, 0, 1, 0],
-        [0, 0, 0, 0, 0, 1],
-    ]
-    return torch.tensor(rows, device=device).flatten()
-
-
-@tensor_cache(8)
-def mixed_base_columns(width: int, device: str) -> tuple:
-    """Where the entries 1, ``r`` and ``-r`` of :func:`mixed_base_rows`'s block sit in the
-    row-major (6, ``width``) rows of a Jacobian, its first six columns (``placement.place_zeroed``'s
-    columns): three int64 tensors, (6,) the diagonal's ones, (3,) ``r_x, r_y, r_z``, (3,)
-    ``-r_x, -r_y, -r_z``."""
-    entries = _mixed_base_entries("cpu").tolist()  # (the block's layout, written once there)
-
-    def at(k):  # entry k of the row-major 6x6 block, in rows of ``width``
-        return k // 6 * width + k % 6
-    ones = [at(k) for k, e in enumerate(entries) if e == 1]
-    r, neg_r = ([at(entries.index(e)) for e in values] for values in ((2, 3, 4), (5, 6, 7)))
-    return tuple(torch.tensor(c, device=device) for c in (ones, r, neg_r))
 
 
 def _mixed_twists_dot(V, r_F, V_F):

@@ -268,9 +268,8 @@ class Chain:
     ``columns`` (6+k,) the columns of the generalized velocity that move the body
     (the base's 6, then ``6 + dofs``); ``runs`` the joint columns as runs of consecutive
     coordinates, ``(first column, position along the chain, length)`` by column;
-    ``jacobian_columns`` (6 (6+k),) where the rows of the base block (6, 6) and then of
-    the chain's columns (k, 6) go in a row-major (6, 6+n) Jacobian (for
-    :func:`~.placement.place`)."""
+    ``jacobian_columns`` (6 k,) where the rows of the chain's columns (k, 6) go in a
+    row-major (6, 6+n) Jacobian (for :func:`~.placement.place_zeroed`)."""
 
     bodies: torch.Tensor
     dofs: torch.Tensor
@@ -297,7 +296,7 @@ def _chain(parents: tuple, body_dof: tuple, n: int, body: int, device: str) -> C
         else:
             runs.append([6 + d, k, 1])
     N = 6 + n
-    jacobian_columns = [r * N + c for r in range(6) for c in range(6)] + [r * N + 6 + d for d in dofs for r in range(6)]
+    jacobian_columns = [r * N + 6 + d for d in dofs for r in range(6)]
     return Chain(
         bodies=torch.tensor(path, dtype=torch.long, device=device),
         dofs=torch.tensor(dofs, dtype=torch.long, device=device),
