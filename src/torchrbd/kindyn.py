@@ -613,27 +613,24 @@ class KinDynComputations:
         q = a["joint_positions"].transpose(0, 1)  # (n, B), a view
         if frame_twists.applies(model, frame, q):  # the chain's twists about O and the frame's pose by groups
             R, p = self._base_pose(a)
-            chain, S, pF, RF = frame_twists.frame_twists(model, R, q, frame, about=torch.zeros_like(p), rotation=True)
+            chain, S, pF, RF = frame_twists.frame_twists(model, R, q, frame, about=torch.zeros_like(p), rotation=rep == rep_.BODY)
             kin = alg.Kinematics(R=None, p=None, S=S, chain=chain)
         else:
             kin, R, p = self._state(model, a, frame)
             RF = pF = None  # (the frame's pose, made below where the representation needs it)
         nu, qd = self._bl(a["base_velocity"]), self._bl(a["joint_velocities"])
         V0 = rep_.to_internal(rep, R, p, nu)
-        rates, VF = alg.chain_column_rates(kin, V0, qd)  # (the base's six columns are constant: zero rates)
+        rates, VF = alg.chain_column_rates(kin, V0, qd)  # (the chain's; the base's six columns are constant)
         if rep == rep_.INERTIAL:  # J's base block is 1 (see _frame_jacobian): only the chain's columns move
-            chain = rep_.twists_to_rep(rep, rates[6:], None, p)
+            chain = rep_.twists_to_rep(rep, rates, None, p)
             return self._out(self._chain_scatter(model, kin.chain, jacobian_base.zeros(chain), chain), bs)
-        if RF is None:
-            _, RF, pF = alg.frame_pose(model, kin, frame)
+        if pF is None:
+            _, RF, pF = alg.frame_pose(model, kin, frame, rotation=rep == rep_.BODY)
         if rep == rep_.BODY:
-            base, chain = rep_.body_frame_jacobian_rate(kin.S, rates[6:], RF, pF, VF, R, V0)
-            return self._out(self._chain_scatter(model, kin.chain, base, chain), bs)
-        cols = alg.chain_columns(kin)  # J's nonzero columns about the base origin
-        Jd = rep_.twists_to_rep_rate(rep, cols, rates, RF, pF, VF)  # d/dt (X J)
-        JX = rep_.twists_to_rep(rep, cols[:6], pF, p)  # X J, base columns
-        base = Jd[:6].transpose(0, 1) + rep_.rows_times_mixed_T_dot(JX.transpose(0, 1), nu)  # (MIXED: T = 1)
-        return self._out(self._chain_scatter(model, kin.chain, jacobian_base.dense(base), Jd[6:]), bs)
+            base, chain = rep_.body_frame_jacobian_rate(kin.S, rates, RF, pF, VF, R, V0)
+        else:
+            base, chain = rep_.mixed_frame_jacobian_rate(kin.S, rates, pF, VF, V0)
+        return self._out(self._chain_scatter(model, kin.chain, base, chain), bs)
 
     @_inference
     @_tree_sweep

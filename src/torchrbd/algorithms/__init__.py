@@ -11,7 +11,7 @@ from .inertia import (
     SpatialInertia, body_parameters, center_of_mass, linear_momentum_rows, subtree_moments, world_first_moments,
     world_inertias,
 )
-from .jacobians import chain_column_rates, chain_columns
+from .jacobians import chain_column_rates
 from .kinematics import (
     Kinematics, body_poses, chain_forward, chain_rows, dof_subspaces, forward, frame_pose, frame_transforms,
     link_poses, motion_subspaces, per_body,
@@ -23,7 +23,7 @@ from .topology import Topology, topology
 
 __all__ = [
     "assemble", "body_parameters", "body_poses", "body_velocities", "center_of_mass", "chain_column_rates",
-    "chain_columns", "chain_forward", "chain_rows", "dof_subspaces", "forward", "frame_pose", "frame_transforms",
+    "chain_forward", "chain_rows", "dof_subspaces", "forward", "frame_pose", "frame_transforms",
     "generalized_gravity", "gravity_twist", "Kinematics", "linear_momentum_rows", "link_poses", "mass_matrix", "mass_matrix_top",
     "motion_subspaces", "per_body", "prepare", "Representations", "rnea_mixed", "SpatialInertia", "subtree_moments",
     "Topology", "topology", "world_first_moments", "world_inertias",

@@ -6,7 +6,9 @@ In each representation the block has a fixed pattern:
 * INERTIAL_FIXED: the identity (:func:`identity`);
 * MIXED: ``[[1, -[r_F]x], [0, 1]]``, from the frame origin ``r_F`` (:func:`mixed`);
 * BODY_FIXED: ``[[Q, P], [0, Q]]``, from the 18 numbers of Q's and P's columns (:func:`body`);
-* a rate of it, or any other block, as it is (:func:`dense`, :func:`zeros`).
+* their rates: zero (INERTIAL_FIXED, :func:`zeros`), ``[[0, -[r_F']x], [0, 0]]``
+  (:func:`mixed_rate`), BODY_FIXED's as its own block;
+* any other block as it is (:func:`dense`).
 
 Where the C loop writes a Jacobian (``placement.place_zeroed``), it places these values
 straight into the result's rows, a row of values into every entry that holds it
@@ -118,6 +120,23 @@ def mixed(r_F: torch.Tensor) -> BaseRows:
                 (r_F, _columns(_MIXED_R, width, r_F.device)), (r_F.neg(), _columns(_MIXED_NEG_R, width, r_F.device)))
 
     return BaseRows(r_F, lambda: mixed_base_rows(r_F), parts)
+
+
+def mixed_rate(r_rate: torch.Tensor) -> BaseRows:
+    """The rate of MIXED's block, ``[[0, -[r_rate]x], [0, 0]]`` for the rate ``r_rate``
+    (3, B) of the frame origin relative to the base: ``r_rate`` and ``-r_rate`` placed
+    into the entries of :func:`mixed`'s ``r`` and ``-r``, or the block gathered."""
+    B = r_rate.shape[-1]
+
+    def block():
+        values = torch.cat([r_rate.new_zeros(2, B), r_rate, r_rate.neg()])  # (0, 0, r, -r): no ones
+        return values.index_select(0, _uncached(_entries)("mixed", str(r_rate.device))).view(6, 6, B)
+
+    def parts(width):
+        return ((r_rate, _columns(_MIXED_R, width, r_rate.device)),
+                (r_rate.neg(), _columns(_MIXED_NEG_R, width, r_rate.device)))
+
+    return BaseRows(r_rate, block, parts)
 
 
 def body(V: torch.Tensor) -> BaseRows:

@@ -141,14 +141,6 @@ def base_columns_times_T(rep, A, R, pB):
     return torch.cat([rows_times_T(rep, A[:, :6], R, pB), A[:, 6:]], 1)
 
 
-def rows_times_mixed_T_dot(A, nu):
-    """A Tdot for rows A (r, 6, B) in MIXED along the base velocity ``nu`` (6, B):
-    ``Tdot = [[0, [v]x], [0, 0]]`` (INERTIAL_FIXED's T is constant; BODY_FIXED rates
-    come from :func:`body_frame_jacobian_rate`)."""
-    lin, _ = halves(A)
-    return torch.cat([torch.zeros_like(lin), cross(lin, nu[:3])], 1)
-
-
 def twists_to_rep(rep, V, r_F, pB):
     """X V for internal twists V (c, 6, B): in MIXED the same twists about the frame
     origin ``r_F`` (3, B, relative to the base), in INERTIAL_FIXED about the world origin
@@ -218,12 +210,35 @@ def body_frame_jacobian_rate(chain_cols, chain_rates, R_F, r_F, V_F, R, V_0):
     return base, twists_to_rep_rate(BODY, chain_cols, chain_rates, R_F, r_F, V_F)
 
 
-def _mixed_twists_dot(V, r_F, V_F):
+def _mixed_twists_dot(V, pd):
     """Xdot V in MIXED for twists V (c, 6, B): X moves with the frame origin, whose
-    velocity comes from the frame's internal twist ``V_F`` (6, B)."""
+    velocity is ``pd`` (3, B) (:func:`_origin_velocity`)."""
     _, ang = halves(V)
-    pd = V_F[:3] + cross(V_F[3:], r_F)  # velocity of the frame origin
     return torch.cat([-cross(pd, ang), torch.zeros_like(ang)], 1)
+
+
+def _origin_velocity(r_F, V_F):
+    """(3, B) the velocity of the frame origin ``r_F`` (3, B) from the frame's internal
+    twist ``V_F`` (6, B), world axes."""
+    return V_F[:3] + cross(V_F[3:], r_F)
+
+
+def mixed_frame_jacobian_rate(chain_cols, chain_rates, r_F, V_F, V_0):
+    """The time derivatives of a frame's MIXED Jacobian pieces, the base rows (a
+    :class:`~.jacobian_base.BaseRows`) and the chain's columns (k, 6, B), from the
+    chain's columns ``chain_cols`` (k, 6, B) about O (the base origin, world axes) and
+    their rates ``chain_rates``, the frame origin ``r_F`` (3, B) relative to the base, the
+    frame's internal twist ``V_F`` and the base's ``V_0`` (6, B).
+
+    The base rows ``[[1, -[r_F]x], [0, 1]]`` change with ``r_F`` only:
+    ``[[0, -[r_F']x], [0, 0]]``, ``r_F' = v_F + w_F x r_F - v_B`` the rate of the frame
+    origin relative to the base's, placed as the block's ``r`` and ``-r`` entries
+    (:func:`~.jacobian_base.mixed_rate`). (This is the rate of ``X`` times the base's six
+    constant unit twists plus ``X Tdot``, ``Tdot = [[0, [v_B]x], [0, 0]]``, which were
+    computed as such.) The chain's columns take :func:`twists_to_rep_rate`."""
+    pd = _origin_velocity(r_F, V_F)
+    chain = _mixed_twists_dot(chain_cols, pd) + twists_to_rep(MIXED, chain_rates, r_F, None)
+    return jacobian_base.mixed_rate(pd - V_0[:3]), chain
 
 
 def twists_to_rep_rate(rep, V, V_rate, R_F, r_F, V_F):
@@ -236,7 +251,7 @@ def twists_to_rep_rate(rep, V, V_rate, R_F, r_F, V_F):
     velocity (world axes): MIXED's rate, one cross product and one rotation, where the
     rotations of each term took four times the operators (iCub's l_sole Jacobian rate,
     B = 1024: see docs/performance.md)."""
-    Y_rate = _mixed_twists_dot(V, r_F, V_F) + twists_to_rep(MIXED, V_rate, r_F, None)
+    Y_rate = _mixed_twists_dot(V, _origin_velocity(r_F, V_F)) + twists_to_rep(MIXED, V_rate, r_F, None)
     if rep == MIXED:
         return Y_rate
     Y = pair(twists_to_rep(MIXED, V, r_F, None))  # (c, 2, 3, B)
