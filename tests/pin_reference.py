@@ -116,9 +116,12 @@ class PinRobot:
 
     # ------------------------------------------------------------ references
     def fk(self, frame, H, qj):
-        q = self.q(H, qj)
-        pin.framesForwardKinematics(self.model, self.data, q)
-        return self.data.oMf[self.model.getFrameId(frame)].homogeneous
+        return self.fk_all([frame], H, qj)[0]
+
+    def fk_all(self, frames, H, qj):
+        """(k, 4, 4) world_H_frame of each of ``frames``, from one pass of the kinematics."""
+        pin.framesForwardKinematics(self.model, self.data, self.q(H, qj))
+        return np.stack([self.data.oMf[self.model.getFrameId(f)].homogeneous for f in frames])
 
     def jacobian(self, rep, frame, H, qj):
         q = self.q(H, qj)

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 from torchrbd.algorithms.batchlast import DENSE_BELOW
+from torchrbd.algorithms import link_frames
 from torchrbd.algorithms.kinematics import CHAIN_PRODUCTS_BELOW
 
 from pin_reference import REPRESENTATIONS, random_pose
@@ -137,6 +138,28 @@ def test_batch_jacobian_gradients(robot, rng, rep, B):
             plus, minus = (f(frame, *(v + s * eps * d for v, d in zip(x[:k], dx))) for s in (1, -1))
             numeric = (w * (plus - minus)).flatten(1).sum(1) / (2 * eps)
             torch.testing.assert_close(analytic, numeric, rtol=1e-6, atol=1e-6 * numeric.abs().max().item())
+
+
+@pytest.mark.parametrize("B", [2, link_frames.FROM])
+def test_link_poses(robot, rng, B):
+    """Every link's pose against Pinocchio's frame placements: a short batch (each
+    link's body pose composed batch-last), a long one without gradients (products with
+    constants written straight into the result, ``algorithms.link_frames``) and the
+    same with gradients (the short batch's path), whose gradient is checked too."""
+    Hs, q, _, _ = sample(robot, rng, B)
+    names = robot.kd.model.link_names
+    P = robot.kd.link_poses(torch.tensor(Hs), torch.tensor(q))
+    assert P.shape == (B, len(names), 4, 4) and P.is_contiguous()
+    for b in range(B):
+        close(P[b], robot.pin.fk_all(names, Hs[b], q[b]))
+    H, qj = torch.tensor(Hs, requires_grad=True), torch.tensor(q, requires_grad=True)
+    P_g = robot.kd.link_poses(H, qj)
+    torch.testing.assert_close(P_g.detach(), P, rtol=1e-12, atol=1e-12)
+    w = torch.randn(P.shape, dtype=P.dtype, generator=torch.Generator().manual_seed(0))
+    _, dq = torch.autograd.grad((P_g * w).sum(), (H, qj))
+    eps, d = 1e-6, torch.randn(q.shape, dtype=P.dtype, generator=torch.Generator().manual_seed(1))
+    plus, minus = (robot.kd.link_poses(torch.tensor(Hs), torch.tensor(q) + s * eps * d) for s in (1, -1))
+    close((dq * d).sum(), ((w * (plus - minus)).sum() / (2 * eps)).item(), rtol=1e-6)
 
 
 @pytest.mark.parametrize("rep", REPRESENTATIONS, ids=lambda r: r.name)

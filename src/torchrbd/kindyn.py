@@ -24,7 +24,7 @@ from .errors import InputError, ModelError
 from .model import Model, load_urdf
 from .algorithms import placement
 from .algorithms.batchlast import DENSE_BELOW, batch_last_grad, to_batch_first, writes_into_buffers
-from .algorithms import forward_dynamics, frame_twists, jacobian_base
+from .algorithms import forward_dynamics, frame_twists, jacobian_base, link_frames
 from .chunking import in_chunks, needs_grad
 from .inference import call_in_inference_mode, normal_tensors, result_buffer
 from .spatial import homogeneous
@@ -470,6 +470,11 @@ class KinDynComputations:
         """world_H_link (..., nlink, 4, 4) for every link, in ``model.link_names`` order."""
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
         kin, _, pB = self._state(model, a, subspaces=False)
+        B = pB.shape[-1]
+        if B >= link_frames.FROM and writes_into_buffers(kin.X, pB):  # (products straight into the result)
+            out = result_buffer(pB, B, model.nlink, 4, 4)
+            out = pB.new_empty(B, model.nlink, 4, 4) if out is None else out
+            return link_frames.link_transforms(model, kin.X, pB, out).reshape(*bs, model.nlink, 4, 4)
         R, r = alg.link_poses(model, kin)
         H = homogeneous(to_batch_first(R), to_batch_first(r + pB))
         return H.reshape(*bs, model.nlink, 4, 4)
