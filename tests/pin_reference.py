@@ -131,10 +131,15 @@ class PinRobot:
 
     def frame_velocity(self, rep, frame, H, qj, nu, qd):
         """(6,) the frame's velocity in rep, linear first (Pinocchio's getFrameVelocity)."""
+        return self.frame_velocities(rep, [frame], H, qj, nu, qd)[0]
+
+    def frame_velocities(self, rep, frames, H, qj, nu, qd):
+        """(k, 6) each of ``frames``' velocity in rep, from one pass of the kinematics."""
         q, v = self.q(H, qj), self.v_local(rep, H, nu, qd)
         pin.forwardKinematics(self.model, self.data, q, v)
         pin.updateFramePlacements(self.model, self.data)
-        return pin.getFrameVelocity(self.model, self.data, self.model.getFrameId(frame), self.out_frame(rep)).vector
+        return np.stack([pin.getFrameVelocity(self.model, self.data, self.model.getFrameId(f), self.out_frame(rep)).vector
+                         for f in frames])
 
     def jacobian_dot(self, rep, frame, H, qj, nu, qd):
         q, v = self.q(H, qj), self.v_local(rep, H, nu, qd)

@@ -162,19 +162,25 @@ def test_link_poses(robot, rng, B):
     close((dq * d).sum(), ((w * (plus - minus)).sum() / (2 * eps)).item(), rtol=1e-6)
 
 
+@pytest.mark.parametrize("B", [2, link_frames.FROM])
 @pytest.mark.parametrize("rep", REPRESENTATIONS, ids=lambda r: r.name)
-def test_link_velocities(robot, rng, rep):
+def test_link_velocities(robot, rng, rep, B):
     """Every link's velocity from one sweep of the tree (``link_velocities``) against
-    Pinocchio's frame velocities, for a batch of two and one unbatched configuration."""
+    Pinocchio's frame velocities: a short batch (each link's body twist converted like
+    a frame's), a long one without gradients (products with constants written straight
+    into the result, ``algorithms.link_frames``) and with gradients (the short batch's
+    path), and one unbatched configuration."""
     robot.kd.set_frame_velocity_representation(rep)
-    Hs, q, nu, qd = sample(robot, rng, 2)
+    Hs, q, nu, qd = sample(robot, rng, B)
     t = torch.tensor
     names = robot.kd.model.link_names
     V = robot.kd.link_velocities(t(Hs), t(q), t(nu), t(qd))
-    assert V.shape == (2, len(names), 6)
-    refs = [np.stack([robot.pin.frame_velocity(rep, name, Hs[b], q[b], nu[b], qd[b]) for name in names]) for b in range(2)]
-    for b in range(2):
+    assert V.shape == (B, len(names), 6) and V.is_contiguous()
+    refs = [robot.pin.frame_velocities(rep, names, Hs[b], q[b], nu[b], qd[b]) for b in range(B)]
+    for b in range(B):
         close(V[b], refs[b])
+    V_g = robot.kd.link_velocities(t(Hs), t(q), t(nu), t(qd).requires_grad_())
+    torch.testing.assert_close(V_g.detach(), V, rtol=1e-12, atol=1e-12)
     V0 = robot.kd.link_velocities(t(Hs[0]), t(q[0]), t(nu[0]), t(qd[0]))
     assert V0.shape == (len(names), 6)
     close(V0, refs[0])

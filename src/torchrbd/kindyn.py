@@ -471,7 +471,7 @@ class KinDynComputations:
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
         kin, _, pB = self._state(model, a, subspaces=False)
         B = pB.shape[-1]
-        if B >= link_frames.FROM and writes_into_buffers(kin.X, pB):  # (products straight into the result)
+        if B >= link_frames.FROM and writes_into_buffers(kin.X, pB, model.link_rot, model.link_pos):  # (into the result)
             out = result_buffer(pB, B, model.nlink, 4, 4)
             out = pB.new_empty(B, model.nlink, 4, 4) if out is None else out
             return link_frames.link_transforms(model, kin.X, pB, out).reshape(*bs, model.nlink, 4, 4)
@@ -493,6 +493,11 @@ class KinDynComputations:
         kin, R, p = self._state(model, a)
         V0 = rep_.to_internal(self._rep, R, p, self._bl(a["base_velocity"]))
         V, _ = alg.body_velocities(model, kin, V0, self._bl(a["joint_velocities"]))  # (nb, 6, B) about O
+        B = V.shape[-1]
+        if B >= link_frames.FROM and writes_into_buffers(V, kin.R, model.link_rot, model.link_pos):
+            out = result_buffer(V, B, model.nlink, 6)  # (each run of a body's links one product, into the result)
+            out = V.new_empty(B, model.nlink, 6) if out is None else out
+            return link_frames.link_velocities(model, self._rep, kin.R, kin.p, V, p, out).reshape(*bs, model.nlink, 6)
         R_l, r_l = alg.link_poses(model, kin)
         V_l = V.index_select(0, alg.topology(model).link_body)
         return self._out(rep_.velocities_to_rep(self._rep, V_l, R_l, r_l, p), bs)

@@ -11,6 +11,9 @@ result. URDF files usually list a body's links together (iCub: 213 links on 24 b
 in 25 runs), so a few products make the whole result, batch-first, where gathering each
 link's body pose (nlink, 3, 4, B), composing it batch-last and transposing the result
 moved the (B, nlink, 4, 4) numbers several times (iCub, B = 1024: 28 MB).
+
+Links' velocities likewise: in each representation a link's velocity is linear in a few
+numbers of its body's (:func:`link_velocities`).
 """
 
 from __future__ import annotations
@@ -18,16 +21,24 @@ from __future__ import annotations
 import torch
 
 from ..model.model import Model
+from .batchlast import cross, mtv
+from .representation import INERTIAL, MIXED, twists_to_rep
 from .topology import model_cached, model_cached_entry
 
 FROM = 128
-"""Batches from this length on take :func:`link_transforms` where nothing is
-differentiated. iCub (213 links), against gathering each link's body pose, composing
-batch-last and transposing the result (``link_poses`` below this length, and with
-gradients): float64 B = 64 1.02x the time, 96 0.94x, 128 0.72x, 256 0.48x, 1024
-0.26x, 2048 0.13x; float32 B = 128 1.01x, 256 0.58x, 1024 0.22x. With gradients the
-products and their concatenation took 1.1-1.4x the time of that path's forward and
-backward (B = 4-2048), so it keeps it."""
+"""Batches from this length on take :func:`link_transforms` and :func:`link_velocities`
+where nothing is differentiated. iCub (213 links), against gathering each link's body
+pose, composing (and converting the twists) batch-last and transposing the result (what
+``link_poses`` and ``link_velocities`` do below this length, and with gradients):
+
+* poses, float64: B = 64 1.02x the time, 96 0.94x, 128 0.72x, 256 0.48x, 1024 0.26x,
+  2048 0.13x; float32 B = 128 1.01x, 256 0.58x, 1024 0.22x;
+* velocities, float64, MIXED / BODY_FIXED / INERTIAL_FIXED: B = 96 1.02x / 0.81x /
+  0.93x, 128 0.96x / 0.83x / 0.91x, 256 0.86x / 0.71x / 0.82x, 1024 0.40x / 0.31x /
+  0.29x; float32 B = 1024 0.39x / 0.34x / 0.35x.
+
+With gradients, the poses' products and their concatenation took 1.1-1.4x the time of
+the other path's forward and backward (B = 4-2048), so it keeps it."""
 
 
 def link_transforms(model: Model, X: torch.Tensor, pB: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
@@ -39,10 +50,44 @@ def link_transforms(model: Model, X: torch.Tensor, pB: torch.Tensor, out: torch.
     nb, B = X.shape[0], X.shape[-1]
     rows = torch.cat([X.reshape(nb, 12, B), X.new_ones(1, 1, B).expand(nb, 1, B)], 1)  # (nb, 13, B)
     rows[:, 3:12:4] += pB  # world positions
-    per_config = rows.permute(2, 0, 1)  # (B, nb, 13), a view: each body's (B, 13) is a transposed matrix
-    W, flat = link_weights(model), out.view(B, -1)  # (13, nlink * 16), (B, nlink * 16)
+    return _products(model, rows, link_weights(model), out)
+
+
+def link_velocities(model: Model, rep: str, R: torch.Tensor, p: torch.Tensor, V: torch.Tensor, pB: torch.Tensor,
+                    out: torch.Tensor) -> torch.Tensor:
+    """(B, nlink, 6) every link's velocity in ``rep`` (:func:`~.representation.velocities_to_rep`
+    of its body's twist), written into ``out`` (B, nlink, 6), contiguous, from the bodies'
+    poses ``R`` (nb, 3, 3, B), ``p`` (nb, 3, B) relative to the base, their twists ``V``
+    (nb, 6, B) about O (world axes) and the base position ``pB`` (3, B). Nothing may be
+    differentiated.
+
+    With ``v``, ``w`` a body's origin velocity and angular velocity (world axes) and
+    ``A = body_H_link`` = ``[R_A | a]``:
+
+    * MIXED: ``(v + w x R a, w)``, linear in ``v``, ``[w]x R`` and ``w`` (15 numbers);
+    * BODY_FIXED: ``R_A^T (u + o x a, o)`` with ``u = R^T v``, ``o = R^T w`` (6 numbers);
+    * INERTIAL_FIXED: the body's twist about the world origin, the same for its links."""
+    v_O, w = V[:, :3], V[:, 3:]
+    if rep == INERTIAL:
+        features = twists_to_rep(rep, V, None, pB)
+    else:
+        v = v_O + cross(w, p)  # the body origin's velocity
+        if rep == MIXED:
+            wR = cross(w[:, None], R.transpose(1, 2))  # (nb, 3, 3, B): column j of [w]x R is w x (column j of R)
+            features = torch.cat([v, wR.reshape(-1, 9, v.shape[-1]), w], 1)  # (nb, 15, B)
+        else:
+            features = mtv(R[:, None], torch.stack([v, w], 1)).reshape(V.shape)  # (u, o) (nb, 6, B)
+    return _products(model, features, velocity_weights(model, rep), out)
+
+
+def _products(model: Model, features: torch.Tensor, W: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``out`` (B, nlink, k) filled run by run: each run's links (columns of ``W`` (f,
+    nlink * k)) from its body's ``features`` (nb, f, B)."""
+    per_config = features.permute(2, 0, 1)  # (B, nb, f), a view: each body's (B, f) is a transposed matrix
+    flat = out.view(out.shape[0], -1)
+    k = flat.shape[1] // model.nlink
     for body, first, count in link_runs(model):
-        cols = slice(16 * first, 16 * (first + count))
+        cols = slice(k * first, k * (first + count))
         torch.mm(per_config[:, body], W[:, cols], out=flat[:, cols])
     return out
 
@@ -78,3 +123,41 @@ def link_weights(model: Model) -> torch.Tensor:
         W[12, :, 3, 3] = 1
         return W.reshape(13, n * 16)
     return model_cached_entry(model, "_link_weights", None, make, depends_on=(rot, pos))
+
+
+def velocity_weights(model: Model, rep: str) -> torch.Tensor:
+    """(f, nlink * 6) column ``6 l + r`` makes entry r of link l's velocity in ``rep``
+    from its body's features of :func:`link_velocities` (f = 15 in MIXED, 6 otherwise).
+    Kept on the model per representation."""
+    rot, pos = model.link_rot, model.link_pos
+
+    def make():
+        n = rot.shape[0]
+        if rep == INERTIAL:
+            return torch.eye(6, dtype=rot.dtype, device=rot.device).repeat(1, n)
+        if rep == MIXED:  # v + [w]x R a: entry (i, j) of [w]x R (feature 3 + 3 j + i) times a_j
+            W = rot.new_zeros(15, n, 6)
+            for i in range(3):
+                W[i, :, i] = 1  # v
+                W[12 + i, :, 3 + i] = 1  # w
+                for j in range(3):
+                    W[3 + 3 * j + i, :, i] = pos[:, j]
+            return W.reshape(15, n * 6)
+        # BODY_FIXED: [[R_A^T, -R_A^T [a]x], [0, R_A^T]] (u, o)
+        RT = rot.transpose(1, 2)
+        K = rot.new_zeros(n, 6, 6)
+        K[:, :3, :3] = RT
+        K[:, :3, 3:] = -RT @ _skew(pos)
+        K[:, 3:, 3:] = RT
+        return K.permute(2, 0, 1).reshape(6, n * 6)  # W[c, 6 l + r] = K_l[r, c]
+    return model_cached_entry(model, "_link_velocity_weights", rep, make, depends_on=(rot, pos))
+
+
+def _skew(a: torch.Tensor) -> torch.Tensor:
+    """(n, 3, 3) ``[a]x`` of (n, 3) vectors."""
+    z = torch.zeros_like(a[:, 0])
+    return torch.stack([
+        torch.stack([z, -a[:, 2], a[:, 1]], 1),
+        torch.stack([a[:, 2], z, -a[:, 0]], 1),
+        torch.stack([-a[:, 1], a[:, 0], z], 1),
+    ], 1)
