@@ -175,6 +175,25 @@ def test_bench_quick(capsys):
     assert code == 0 and "float32 speed-up" in out
 
 
+def test_bench_more_adds_the_other_methods_next_to_pinocchio(capsys):
+    """``--more`` adds the methods outside issue 4's table, each next to Pinocchio's loop
+    (link_velocities without one: a Python call per frame would time Python)."""
+    from torchrbd.bench import MORE
+
+    def rows(out):
+        return {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+                for line in out.splitlines() if line.startswith("| ") and not line.startswith("| quantity")}
+
+    code, out, _ = run(capsys, "bench", "--quick", "--more")
+    assert code == 0
+    more = {name: cells for name, cells in rows(out).items() if name.split("(")[0] in MORE}
+    assert sorted(name.split("(")[0] for name in more) == sorted(MORE)
+    for name, (pin, ours, *_) in more.items():
+        assert ours != "-" and (pin == "-") == (name == "link_velocities"), name
+    code, out, _ = run(capsys, "bench", "--quick")
+    assert code == 0 and not any(name.split("(")[0] in MORE for name in rows(out))
+
+
 def test_bench_names_the_machine(capsys):
     """The header names the architecture and, on Linux, the CPU model from /proc/cpuinfo
     (``platform.processor()`` is empty there, which left "x86_64 , 2 cores")."""

@@ -175,9 +175,10 @@ def nograd(f):
     return run
 
 
-def torchrbd_cases(path, joints, frame, B, dtype, device, compile_=False, python_wrapper=False):
+def torchrbd_cases(path, joints, frame, B, dtype, device, compile_=False, python_wrapper=False, more=False):
     """{quantity: callable} for torchrbd at batch size B (compiled: with inductor's Python
-    wrapper when ``python_wrapper``, instead of the C++ one ``kd.compiled()`` uses on CPU)."""
+    wrapper when ``python_wrapper``, instead of the C++ one ``kd.compiled()`` uses on CPU);
+    ``more``: also the quantities of :data:`MORE`."""
     from .kindyn import KinDynComputations
 
     kd = KinDynComputations(path, joints)
@@ -200,10 +201,28 @@ def torchrbd_cases(path, joints, frame, B, dtype, device, compile_=False, python
         f"jacobian({frame})": nograd(lambda: kd.jacobian(frame, H, q)),
         f"forward_kinematics({frame})": nograd(lambda: kd.forward_kinematics(frame, H, q)),
         "aba forward+backward": fwd_bwd,
+        **({
+            "centroidal_momentum_matrix": nograd(lambda: kd.centroidal_momentum_matrix(H, q)),
+            "CoM_position": nograd(lambda: kd.CoM_position(H, q)),
+            "CoM_jacobian": nograd(lambda: kd.CoM_jacobian(H, q)),
+            f"jacobian_dot({frame})": nograd(lambda: kd.jacobian_dot(frame, H, q, nu, qd)),
+            "rnea": nograd(lambda: kd.rnea(H, q, nu, qd, nu, tau)),
+            "link_poses": nograd(lambda: kd.link_poses(H, q)),
+            "link_velocities": nograd(lambda: kd.link_velocities(H, q, nu, qd)),
+        } if more else {}),
     }
 
 
-def pinocchio_cases(path, joints, frame, B):
+MORE = ("centroidal_momentum_matrix", "CoM_position", "CoM_jacobian", "jacobian_dot", "rnea", "link_poses",
+        "link_velocities")
+"""The quantities ``--more`` adds, with Pinocchio's loop over ``computeCentroidalMap``,
+``centerOfMass``, ``jacobianCenterOfMass``, ``computeJointJacobiansTimeVariation`` +
+``getFrameJacobianTimeVariation``, ``rnea`` and ``framesForwardKinematics`` (every frame's
+placement). ``link_velocities`` has no Pinocchio column: its frames' velocities take one
+Python call each (``getFrameVelocity``), which would time Python, not Pinocchio."""
+
+
+def pinocchio_cases(path, joints, frame, B, more=False):
     """{quantity: callable} looping Pinocchio over B configurations, or a note."""
     try:
         import pinocchio as pin
@@ -239,10 +258,21 @@ def pinocchio_cases(path, joints, frame, B):
             lambda i: (pin.forwardKinematics(model, data, qs[i]), pin.updateFramePlacement(model, data, fid))
         ),
         "aba forward+backward": loop(lambda i: pin.computeABADerivatives(model, data, qs[i], vs[i], ts[i])),
+        **({
+            "centroidal_momentum_matrix": loop(lambda i: pin.computeCentroidalMap(model, data, qs[i])),
+            "CoM_position": loop(lambda i: pin.centerOfMass(model, data, qs[i])),
+            "CoM_jacobian": loop(lambda i: pin.jacobianCenterOfMass(model, data, qs[i])),
+            f"jacobian_dot({frame})": loop(lambda i: (
+                pin.computeJointJacobiansTimeVariation(model, data, qs[i], vs[i]),
+                pin.updateFramePlacement(model, data, fid),
+                pin.getFrameJacobianTimeVariation(model, data, fid, pin.LOCAL_WORLD_ALIGNED))),
+            "rnea": loop(lambda i: pin.rnea(model, data, qs[i], vs[i], ts[i])),
+            "link_poses": loop(lambda i: pin.framesForwardKinematics(model, data, qs[i])),
+        } if more else {}),
     }, "Pinocchio " + pin.__version__
 
 
-def adam_cases(path, joints, frame, B, dtype):
+def adam_cases(path, joints, frame, B, dtype, more=False):
     try:
         from adam.pytorch import KinDynComputations as AdamKD
     except ImportError:
@@ -258,6 +288,12 @@ def adam_cases(path, joints, frame, B, dtype):
         "aba": lambda: kd.aba(H, q, nu, qd, tau),
         f"jacobian({frame})": lambda: kd.jacobian(frame, H, q),
         f"forward_kinematics({frame})": lambda: kd.forward_kinematics(frame, H, q),
+        **({
+            "centroidal_momentum_matrix": lambda: kd.centroidal_momentum_matrix(H, q),
+            "CoM_position": lambda: kd.CoM_position(H, q),
+            "CoM_jacobian": lambda: kd.CoM_jacobian(H, q),
+            f"jacobian_dot({frame})": lambda: kd.jacobian_dot(frame, H, q, nu, qd),
+        } if more else {}),
     }, "adam"
 
 
@@ -319,6 +355,9 @@ def main(argv=None) -> list:
     ap.add_argument("--no-adam", action="store_true")
     ap.add_argument("--no-pinocchio", action="store_true",
                     help="skip Pinocchio's loop (for batches where it takes seconds, e.g. on a GPU at B = 1M)")
+    ap.add_argument("--more", action="store_true",
+                    help="also the methods outside issue 4's table: centroidal momentum matrix, CoM, CoM "
+                         "Jacobian, Jacobian rate, RNEA, every link's pose and velocity")
     ap.add_argument("--quick", action="store_true", help="tiny run (embedded arm, B=8, 2 repeats)")
     args = ap.parse_args(argv)
     if args.quick:
@@ -348,15 +387,17 @@ def main(argv=None) -> list:
     )
     rows = []
     for B in args.batch:
-        ours = torchrbd_cases(path, joints, frame, B, dtype, device)
-        comp = (torchrbd_cases(path, joints, frame, B, dtype, device, compile_=True, python_wrapper=args.python_wrapper)
-                if args.compile else {})
-        f32 = torchrbd_cases(path, joints, frame, B, torch.float32, device) if args.dtype == "both" else {}
+        more = args.more
+        ours = torchrbd_cases(path, joints, frame, B, dtype, device, more=more)
+        comp = (torchrbd_cases(path, joints, frame, B, dtype, device, compile_=True, python_wrapper=args.python_wrapper,
+                               more=more) if args.compile else {})
+        f32 = torchrbd_cases(path, joints, frame, B, torch.float32, device, more=more) if args.dtype == "both" else {}
         comp32 = (torchrbd_cases(path, joints, frame, B, torch.float32, device, compile_=True,
-                                 python_wrapper=args.python_wrapper) if comp and f32 else {})
+                                 python_wrapper=args.python_wrapper, more=more) if comp and f32 else {})
         pin_cases, pin_note = ((None, "Pinocchio skipped (--no-pinocchio)") if args.no_pinocchio
-                               else pinocchio_cases(path, joints, frame, B))
-        adam, adam_note = (None, "adam skipped (--no-adam)") if args.no_adam else adam_cases(path, joints, frame, B, dtype)
+                               else pinocchio_cases(path, joints, frame, B, more=more))
+        adam, adam_note = ((None, "adam skipped (--no-adam)") if args.no_adam
+                           else adam_cases(path, joints, frame, B, dtype, more=more))
         print(f"\n## batch {B}")
         if pin_cases is None or adam is None:
             print(" ".join(f"note: {x}." for x, c in ((pin_note, pin_cases), (adam_note, adam)) if c is None))
