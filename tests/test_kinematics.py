@@ -143,9 +143,9 @@ def test_batch_jacobian_gradients(robot, rng, rep, B):
 @pytest.mark.parametrize("B", [2, link_frames.FROM])
 def test_link_poses(robot, rng, B):
     """Every link's pose against Pinocchio's frame placements: a short batch (each
-    link's body pose composed batch-last), a long one without gradients (products with
-    constants written straight into the result, ``algorithms.link_frames``) and the
-    same with gradients (the short batch's path), whose gradient is checked too."""
+    link's body pose composed batch-last), a long one (products with constants written
+    straight into the result, ``algorithms.link_frames``) with and without gradients,
+    and the gradient against finite differences."""
     Hs, q, _, _ = sample(robot, rng, B)
     names = robot.kd.model.link_names
     P = robot.kd.link_poses(torch.tensor(Hs), torch.tensor(q))
@@ -162,14 +162,28 @@ def test_link_poses(robot, rng, B):
     close((dq * d).sum(), ((w * (plus - minus)).sum() / (2 * eps)).item(), rtol=1e-6)
 
 
+def test_link_poses_and_velocities_of_long_batches_have_second_derivatives():
+    """The products' backward (``link_frames._RunProducts``) is made of differentiable
+    operators: second derivatives against finite differences of the first."""
+    import torchrbd.models
+
+    kd = torchrbd.models.load("quadruped")
+    g = torch.Generator().manual_seed(0)
+    B = link_frames.FROM
+    H = torch.eye(4, dtype=torch.float64).repeat(B, 1, 1)
+    q, nu, qd = (torch.randn(B, k, dtype=torch.float64, generator=g, requires_grad=True) for k in (kd.NDoF, 6, kd.NDoF))
+    assert torch.autograd.gradgradcheck(lambda q: kd.link_poses(H, q), (q,), fast_mode=True)
+    assert torch.autograd.gradgradcheck(lambda q, qd: kd.link_velocities(H, q, nu, qd), (q, qd), fast_mode=True)
+
+
 @pytest.mark.parametrize("B", [2, link_frames.FROM])
 @pytest.mark.parametrize("rep", REPRESENTATIONS, ids=lambda r: r.name)
 def test_link_velocities(robot, rng, rep, B):
     """Every link's velocity from one sweep of the tree (``link_velocities``) against
     Pinocchio's frame velocities: a short batch (each link's body twist converted like
-    a frame's), a long one without gradients (products with constants written straight
-    into the result, ``algorithms.link_frames``) and with gradients (the short batch's
-    path), and one unbatched configuration."""
+    a frame's), a long one (products with constants, ``algorithms.link_frames``) with
+    and without gradients, its gradient against finite differences, and one unbatched
+    configuration."""
     robot.kd.set_frame_velocity_representation(rep)
     Hs, q, nu, qd = sample(robot, rng, B)
     t = torch.tensor
@@ -179,8 +193,15 @@ def test_link_velocities(robot, rng, rep, B):
     refs = [robot.pin.frame_velocities(rep, names, Hs[b], q[b], nu[b], qd[b]) for b in range(B)]
     for b in range(B):
         close(V[b], refs[b])
-    V_g = robot.kd.link_velocities(t(Hs), t(q), t(nu), t(qd).requires_grad_())
+    qj, qdj = t(q).requires_grad_(), t(qd).requires_grad_()
+    V_g = robot.kd.link_velocities(t(Hs), qj, t(nu), qdj)
     torch.testing.assert_close(V_g.detach(), V, rtol=1e-12, atol=1e-12)
+    w = torch.randn(V.shape, dtype=V.dtype, generator=torch.Generator().manual_seed(0))
+    dq, dqd = torch.autograd.grad((V_g * w).sum(), (qj, qdj))
+    eps, g = 1e-6, torch.Generator().manual_seed(1)
+    d, dd = torch.randn(q.shape, dtype=V.dtype, generator=g), torch.randn(qd.shape, dtype=V.dtype, generator=g)
+    plus, minus = (robot.kd.link_velocities(t(Hs), t(q) + s * eps * d, t(nu), t(qd) + s * eps * dd) for s in (1, -1))
+    close((dq * d).sum() + (dqd * dd).sum(), ((w * (plus - minus)).sum() / (2 * eps)).item(), rtol=1e-6)
     V0 = robot.kd.link_velocities(t(Hs[0]), t(q[0]), t(nu[0]), t(qd[0]))
     assert V0.shape == (len(names), 6)
     close(V0, refs[0])

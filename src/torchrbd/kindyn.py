@@ -470,10 +470,8 @@ class KinDynComputations:
         """world_H_link (..., nlink, 4, 4) for every link, in ``model.link_names`` order."""
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
         kin, _, pB = self._state(model, a, subspaces=False)
-        B = pB.shape[-1]
-        if B >= link_frames.FROM and writes_into_buffers(kin.X, pB, model.link_rot, model.link_pos):  # (into the result)
-            out = result_buffer(pB, B, model.nlink, 4, 4)
-            out = pB.new_empty(B, model.nlink, 4, 4) if out is None else out
+        if link_frames.applies(model, kin.X, pB):  # (each run of a body's links one product, into the result)
+            out = result_buffer(pB, pB.shape[-1], model.nlink, 4, 4) if writes_into_buffers(kin.X, pB) else None
             return link_frames.link_transforms(model, kin.X, pB, out).reshape(*bs, model.nlink, 4, 4)
         R, r = alg.link_poses(model, kin)
         H = homogeneous(to_batch_first(R), to_batch_first(r + pB))
@@ -493,10 +491,8 @@ class KinDynComputations:
         kin, R, p = self._state(model, a)
         V0 = rep_.to_internal(self._rep, R, p, self._bl(a["base_velocity"]))
         V, _ = alg.body_velocities(model, kin, V0, self._bl(a["joint_velocities"]))  # (nb, 6, B) about O
-        B = V.shape[-1]
-        if B >= link_frames.FROM and writes_into_buffers(V, kin.R, model.link_rot, model.link_pos):
-            out = result_buffer(V, B, model.nlink, 6)  # (each run of a body's links one product, into the result)
-            out = V.new_empty(B, model.nlink, 6) if out is None else out
+        if link_frames.applies(model, V, kin.R, kin.p, p):  # (each run of a body's links one product)
+            out = result_buffer(V, V.shape[-1], model.nlink, 6) if writes_into_buffers(V, kin.R, kin.p, p) else None
             return link_frames.link_velocities(model, self._rep, kin.R, kin.p, V, p, out).reshape(*bs, model.nlink, 6)
         R_l, r_l = alg.link_poses(model, kin)
         V_l = V.index_select(0, alg.topology(model).link_body)

@@ -21,45 +21,55 @@ from __future__ import annotations
 import torch
 
 from ..model.model import Model
-from .batchlast import cross, mtv
+from .batchlast import cross, has_tangent, mtv, plain
 from .representation import INERTIAL, MIXED, twists_to_rep
 from .topology import model_cached, model_cached_entry
 
 FROM = 128
 """Batches from this length on take :func:`link_transforms` and :func:`link_velocities`
-where nothing is differentiated. iCub (213 links), against gathering each link's body
-pose, composing (and converting the twists) batch-last and transposing the result (what
-``link_poses`` and ``link_velocities`` do below this length, and with gradients):
+(see :func:`applies`). iCub (213 links), without gradients, against gathering each
+link's body pose, composing (and converting the twists) batch-last and transposing the
+result (what ``link_poses`` and ``link_velocities`` do below this length):
 
 * poses, float64: B = 64 1.02x the time, 96 0.94x, 128 0.72x, 256 0.48x, 1024 0.26x,
   2048 0.13x; float32 B = 128 1.01x, 256 0.58x, 1024 0.22x;
 * velocities, float64, MIXED / BODY_FIXED / INERTIAL_FIXED: B = 96 1.02x / 0.81x /
   0.93x, 128 0.96x / 0.83x / 0.91x, 256 0.86x / 0.71x / 0.82x, 1024 0.40x / 0.31x /
-  0.29x; float32 B = 1024 0.39x / 0.34x / 0.35x.
+  0.29x; float32 B = 1024 0.39x / 0.34x / 0.35x;
+* with gradients, forward and backward (w.r.t. q, and qd for the velocities; the
+  backward :class:`_RunProducts`), float64: poses B = 128 0.78x, 256 0.61x, 1024 0.40x
+  (28.1 -> 11.3 ms); MIXED velocities 0.99x, 0.75x, 0.64x; float32 B = 1024 0.39x,
+  0.65x."""
 
-With gradients, the poses' products and their concatenation took 1.1-1.4x the time of
-the other path's forward and backward (B = 4-2048), so it keeps it."""
+
+def applies(model: Model, *tensors) -> bool:
+    """Whether :func:`link_transforms` and :func:`link_velocities` serve inputs made of
+    ``tensors`` (..., B): a batch of at least :data:`FROM`, eager, plain tensors (not in a
+    ``torch.func`` transform), no forward-mode tangent, and links' placements that need
+    no gradient (the weights are constants of the products' backward)."""
+    return (tensors[0].shape[-1] >= FROM and not torch.compiler.is_compiling()
+            and all(plain(t) for t in tensors) and not has_tangent(*tensors)
+            and not (torch.is_grad_enabled() and (model.link_rot.requires_grad or model.link_pos.requires_grad)))
 
 
-def link_transforms(model: Model, X: torch.Tensor, pB: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """world_H_link (B, nlink, 4, 4) in ``model.link_names`` order, written into ``out``
-    (B, nlink, 4, 4), contiguous, from the bodies' pose rows ``X`` (nb, 3, 4, B)
-    (positions relative to the base, as whole-tree :func:`~.kinematics.forward` makes
-    them) and the base position ``pB`` (3, B). Nothing may be differentiated (the
-    products write into ``out``)."""
+def link_transforms(model: Model, X: torch.Tensor, pB: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """world_H_link (B, nlink, 4, 4) in ``model.link_names`` order, contiguous, from the
+    bodies' pose rows ``X`` (nb, 3, 4, B) (positions relative to the base, as whole-tree
+    :func:`~.kinematics.forward` makes them) and the base position ``pB`` (3, B); written
+    into ``out`` (B, nlink, 4, 4) where given and nothing is differentiated."""
     nb, B = X.shape[0], X.shape[-1]
     rows = torch.cat([X.reshape(nb, 12, B), X.new_ones(1, 1, B).expand(nb, 1, B)], 1)  # (nb, 13, B)
     rows[:, 3:12:4] += pB  # world positions
-    return _products(model, rows, link_weights(model), out)
+    return _products(model, rows, link_weights(model), out).view(B, model.nlink, 4, 4)
 
 
 def link_velocities(model: Model, rep: str, R: torch.Tensor, p: torch.Tensor, V: torch.Tensor, pB: torch.Tensor,
-                    out: torch.Tensor) -> torch.Tensor:
+                    out: torch.Tensor | None = None) -> torch.Tensor:
     """(B, nlink, 6) every link's velocity in ``rep`` (:func:`~.representation.velocities_to_rep`
-    of its body's twist), written into ``out`` (B, nlink, 6), contiguous, from the bodies'
-    poses ``R`` (nb, 3, 3, B), ``p`` (nb, 3, B) relative to the base, their twists ``V``
-    (nb, 6, B) about O (world axes) and the base position ``pB`` (3, B). Nothing may be
-    differentiated.
+    of its body's twist), contiguous, from the bodies' poses ``R`` (nb, 3, 3, B), ``p``
+    (nb, 3, B) relative to the base, their twists ``V`` (nb, 6, B) about O (world axes)
+    and the base position ``pB`` (3, B); written into ``out`` (B, nlink, 6) where given
+    and nothing is differentiated.
 
     With ``v``, ``w`` a body's origin velocity and angular velocity (world axes) and
     ``A = body_H_link`` = ``[R_A | a]``:
@@ -77,19 +87,53 @@ def link_velocities(model: Model, rep: str, R: torch.Tensor, p: torch.Tensor, V:
             features = torch.cat([v, wR.reshape(-1, 9, v.shape[-1]), w], 1)  # (nb, 15, B)
         else:
             features = mtv(R[:, None], torch.stack([v, w], 1)).reshape(V.shape)  # (u, o) (nb, 6, B)
-    return _products(model, features, velocity_weights(model, rep), out)
+    return _products(model, features, velocity_weights(model, rep), out).view(V.shape[-1], model.nlink, 6)
 
 
-def _products(model: Model, features: torch.Tensor, W: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """``out`` (B, nlink, k) filled run by run: each run's links (columns of ``W`` (f,
-    nlink * k)) from its body's ``features`` (nb, f, B)."""
+def _products(model: Model, features: torch.Tensor, W: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    """(B, nlink k): each run's links (their columns of ``W`` (f, nlink k)) from its
+    body's ``features`` (nb, f, B), into ``out`` where given and nothing is
+    differentiated; with gradients :class:`_RunProducts`."""
+    runs = _column_runs(model, W.shape[1] // model.nlink)
+    if torch.is_grad_enabled() and features.requires_grad:
+        return _RunProducts.apply(features, W, runs)
+    if out is None:
+        out = features.new_empty(features.shape[-1], W.shape[1])
+    return _products_into(features, W, runs, out.view(features.shape[-1], -1))
+
+
+def _products_into(features, W, runs, out):
     per_config = features.permute(2, 0, 1)  # (B, nb, f), a view: each body's (B, f) is a transposed matrix
-    flat = out.view(out.shape[0], -1)
-    k = flat.shape[1] // model.nlink
-    for body, first, count in link_runs(model):
-        cols = slice(k * first, k * (first + count))
-        torch.mm(per_config[:, body], W[:, cols], out=flat[:, cols])
+    for body, cols in runs:
+        torch.mm(per_config[:, body], W[:, cols], out=out[:, cols])
     return out
+
+
+class _RunProducts(torch.autograd.Function):
+    """:func:`_products` with gradients: the forward writes the products into a fresh
+    result; the backward is the transposed products, run by run (``G_run W_run^T``, (B,
+    f) each), added into their bodies' rows. Its operators are differentiable, so
+    second derivatives work (the weights are constants)."""
+
+    @staticmethod
+    def forward(ctx, features, W, runs):
+        ctx.save_for_backward(W)
+        ctx.runs, ctx.bodies = runs, features.shape[0]
+        return _products_into(features, W, runs, features.new_empty(features.shape[-1], W.shape[1]))
+
+    @staticmethod
+    def backward(ctx, G):
+        (W,) = ctx.saved_tensors
+        parts = torch.stack([G[:, cols] @ W[:, cols].t() for _, cols in ctx.runs], 1)  # (B, runs, f)
+        bodies = torch.tensor([body for body, _ in ctx.runs], device=G.device)
+        grad = parts.new_zeros(G.shape[0], ctx.bodies, W.shape[0]).index_add(1, bodies, parts)
+        return grad.permute(1, 2, 0), None, None
+
+
+def _column_runs(model: Model, k: int) -> tuple:
+    """``(body, columns)`` of each run of :func:`link_runs` in a (B, nlink k) result."""
+    return model_cached_entry(model, "_link_column_runs", k, lambda: tuple(
+        (body, slice(k * first, k * (first + count))) for body, first, count in link_runs(model)))
 
 
 def link_runs(model: Model) -> tuple:
