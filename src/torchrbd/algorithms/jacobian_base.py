@@ -7,8 +7,7 @@ In each representation the block has a fixed pattern:
 * MIXED: ``[[1, -[r_F]x], [0, 1]]``, from the frame origin ``r_F`` (:func:`mixed`);
 * BODY_FIXED: ``[[Q, P], [0, Q]]``, from the 18 numbers of Q's and P's columns (:func:`body`);
 * their rates: zero (INERTIAL_FIXED, :func:`zeros`), ``[[0, -[r_F']x], [0, 0]]``
-  (:func:`mixed_rate`), BODY_FIXED's as its own block;
-* any other block as it is (:func:`dense`).
+  (:func:`mixed_rate`), BODY_FIXED's the same pattern as its block (:func:`body`).
 
 Where the C loop writes a Jacobian (``placement.place_zeroed``), it places these values
 straight into the result's rows, a row of values into every entry that holds it
@@ -65,7 +64,6 @@ def _positions(layout: list, values, occurrence: int = 0) -> tuple:
 
 
 # where the values of each part go in the block
-_DENSE = tuple(range(36))
 _DIAGONAL = tuple(7 * i for i in range(6))
 _MIXED_R = _positions(_MIXED_LAYOUT, (_RX, _RY, _RZ))
 _MIXED_NEG_R = _positions(_MIXED_LAYOUT, (_NX, _NY, _NZ))
@@ -85,12 +83,6 @@ class BaseRows:
 
     def __init__(self, like: torch.Tensor, block: Callable[[], torch.Tensor], parts: Callable[[int], tuple]):
         self.like, self.block, self.parts = like, block, parts
-
-
-def dense(block: torch.Tensor) -> BaseRows:
-    """Any (6, 6, B) block, placed as its 36 rows."""
-    B = block.shape[-1]
-    return BaseRows(block, lambda: block, lambda width: ((block.reshape(36, B), _columns(_DENSE, width, block.device)),))
 
 
 def zeros(like: torch.Tensor) -> BaseRows:

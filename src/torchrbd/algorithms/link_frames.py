@@ -94,9 +94,9 @@ def _products(model: Model, features: torch.Tensor, W: torch.Tensor, out: torch.
     """(B, nlink k): each run's links (their columns of ``W`` (f, nlink k)) from its
     body's ``features`` (nb, f, B), into ``out`` where given and nothing is
     differentiated; with gradients :class:`_RunProducts`."""
-    runs = _column_runs(model, W.shape[1] // model.nlink)
+    runs, bodies = _column_runs(model, W.shape[1] // model.nlink)
     if torch.is_grad_enabled() and features.requires_grad:
-        return _RunProducts.apply(features, W, runs)
+        return _RunProducts.apply(features, W, runs, bodies)
     if out is None:
         out = features.new_empty(features.shape[-1], W.shape[1])
     return _products_into(features, W, runs, out.view(features.shape[-1], -1))
@@ -116,24 +116,26 @@ class _RunProducts(torch.autograd.Function):
     second derivatives work (the weights are constants)."""
 
     @staticmethod
-    def forward(ctx, features, W, runs):
-        ctx.save_for_backward(W)
-        ctx.runs, ctx.bodies = runs, features.shape[0]
+    def forward(ctx, features, W, runs, bodies):
+        ctx.save_for_backward(W, bodies)
+        ctx.runs, ctx.nb = runs, features.shape[0]
         return _products_into(features, W, runs, features.new_empty(features.shape[-1], W.shape[1]))
 
     @staticmethod
     def backward(ctx, G):
-        (W,) = ctx.saved_tensors
+        W, bodies = ctx.saved_tensors
         parts = torch.stack([G[:, cols] @ W[:, cols].t() for _, cols in ctx.runs], 1)  # (B, runs, f)
-        bodies = torch.tensor([body for body, _ in ctx.runs], device=G.device)
-        grad = parts.new_zeros(G.shape[0], ctx.bodies, W.shape[0]).index_add(1, bodies, parts)
-        return grad.permute(1, 2, 0), None, None
+        grad = parts.new_zeros(G.shape[0], ctx.nb, W.shape[0]).index_add(1, bodies, parts)
+        return grad.permute(1, 2, 0), None, None, None
 
 
 def _column_runs(model: Model, k: int) -> tuple:
-    """``(body, columns)`` of each run of :func:`link_runs` in a (B, nlink k) result."""
-    return model_cached_entry(model, "_link_column_runs", k, lambda: tuple(
-        (body, slice(k * first, k * (first + count))) for body, first, count in link_runs(model)))
+    """``(body, columns)`` of each run of :func:`link_runs` in a (B, nlink k) result,
+    and the runs' bodies as an index tensor on the model's device."""
+    def make():
+        runs = tuple((body, slice(k * first, k * (first + count))) for body, first, count in link_runs(model))
+        return runs, torch.tensor([body for body, _ in runs], device=model.link_rot.device)
+    return model_cached_entry(model, "_link_column_runs", k, make)
 
 
 def link_runs(model: Model) -> tuple:
