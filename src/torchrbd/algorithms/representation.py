@@ -197,24 +197,29 @@ def body_frame_jacobian_rate(chain_cols, chain_rates, R_F, r_F, V_F, R, V_0):
     ``r_F' = v_F + w_F x r_F - v_B`` the rate of the frame origin relative to the base,
     ``Q' = -R_F^T [w_F - w_B]x R`` and ``P' = R_F^T ([w_F]x [r_F]x - [r_F']x - [r_F]x [w_B]x) R``:
     column by column, cross products of R's columns and one product with R_F^T (the block
-    as its :func:`~.jacobian_base.body`). The chain's columns take
-    :func:`twists_to_rep_rate`. This replaces the rates of the six base columns as
-    twists and the products with T and its rate (iCub's l_sole: see
-    docs/performance.md)."""
+    as its :func:`~.jacobian_base.body`). The chain's columns: MIXED's rate ``Ydot`` of
+    ``Y = X_mixed V`` seen in the frame's axes, ``R_F^T (Ydot - w_F x Y)`` (each half),
+    one cross product and one rotation, where the rotations of each term took four
+    times the operators. This replaces the rates of the six base columns as twists and
+    the products with T and its rate (iCub's l_sole: see docs/performance.md)."""
     c = R.transpose(0, 1)  # R's columns (3, 3, B)
     w_F, w_B = V_F[3:], V_0[3:]
-    r_rate = V_F[:3] + cross(w_F, r_F) - V_0[:3]
+    pd = _origin_velocity(r_F, V_F)
+    r_rate = pd - V_0[:3]
     Q_rate = cross(c, w_F - w_B)
     P_rate = cross(w_F, cross(r_F, c)) - cross(r_rate, c) - cross(r_F, cross(w_B, c))
     base = jacobian_base.body(mtv(R_F, torch.cat([Q_rate, P_rate])))
-    return base, twists_to_rep_rate(BODY, chain_cols, chain_rates, R_F, r_F, V_F)
+    Y = pair(twists_to_rep(MIXED, chain_cols, r_F, None))  # (k, 2, 3, B)
+    Z = _mixed_twists_rate(chain_cols, chain_rates, r_F, pd).reshape(Y.shape) - cross(w_F, Y)
+    return base, mtv(R_F, Z).reshape(chain_cols.shape)
 
 
-def _mixed_twists_dot(V, pd):
-    """Xdot V in MIXED for twists V (c, 6, B): X moves with the frame origin, whose
-    velocity is ``pd`` (3, B) (:func:`_origin_velocity`)."""
+def _mixed_twists_rate(V, V_rate, r_F, pd):
+    """``d/dt (X V)`` (c, 6, B) in MIXED for internal twists V (c, 6, B) changing at
+    ``V_rate``: ``X V_rate`` plus ``Xdot V``, X moving with the frame origin ``r_F`` (3,
+    B), whose velocity is ``pd`` (3, B) (:func:`_origin_velocity`)."""
     _, ang = halves(V)
-    return torch.cat([-cross(pd, ang), torch.zeros_like(ang)], 1)
+    return torch.cat([-cross(pd, ang), torch.zeros_like(ang)], 1) + twists_to_rep(MIXED, V_rate, r_F, None)
 
 
 def _origin_velocity(r_F, V_F):
@@ -235,28 +240,9 @@ def mixed_frame_jacobian_rate(chain_cols, chain_rates, r_F, V_F, V_0):
     origin relative to the base's, placed as the block's ``r`` and ``-r`` entries
     (:func:`~.jacobian_base.mixed_rate`). (This is the rate of ``X`` times the base's six
     constant unit twists plus ``X Tdot``, ``Tdot = [[0, [v_B]x], [0, 0]]``, which were
-    computed as such.) The chain's columns take :func:`twists_to_rep_rate`."""
+    computed as such.) The chain's columns take :func:`_mixed_twists_rate`."""
     pd = _origin_velocity(r_F, V_F)
-    chain = _mixed_twists_dot(chain_cols, pd) + twists_to_rep(MIXED, chain_rates, r_F, None)
-    return jacobian_base.mixed_rate(pd - V_0[:3]), chain
-
-
-def twists_to_rep_rate(rep, V, V_rate, R_F, r_F, V_F):
-    """``d/dt (X V)`` (c, 6, B) for internal twists V (c, 6, B) changing at ``V_rate``, in
-    MIXED or BODY_FIXED (X as in :func:`twists_to_rep` and :func:`body_frame_jacobian`);
-    ``V_F`` (6, B) the frame's internal twist.
-
-    BODY_FIXED's X is MIXED's ``Y = X_mixed V`` seen in the frame's axes, ``R_F^T Y``
-    (each half), whose rate is ``R_F^T (Ydot - w x Y)`` with w the frame's angular
-    velocity (world axes): MIXED's rate, one cross product and one rotation, where the
-    rotations of each term took four times the operators (iCub's l_sole Jacobian rate,
-    B = 1024: see docs/performance.md)."""
-    Y_rate = _mixed_twists_dot(V, _origin_velocity(r_F, V_F)) + twists_to_rep(MIXED, V_rate, r_F, None)
-    if rep == MIXED:
-        return Y_rate
-    Y = pair(twists_to_rep(MIXED, V, r_F, None))  # (c, 2, 3, B)
-    Z = Y_rate.reshape(Y.shape) - cross(V_F[3:], Y)
-    return mtv(R_F, Z).reshape(V.shape)
+    return jacobian_base.mixed_rate(pd - V_0[:3]), _mixed_twists_rate(chain_cols, chain_rates, r_F, pd)
 
 
 def momentum_to_centroidal(rep, H, R_base, com):
