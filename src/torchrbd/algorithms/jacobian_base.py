@@ -98,37 +98,31 @@ def identity(like: torch.Tensor) -> BaseRows:
     def block():
         return torch.eye(6, dtype=like.dtype, device=like.device)[..., None].expand(6, 6, B)
 
-    return BaseRows(like, block, lambda width: ((like.new_ones(1, B).expand(6, B), _columns(_DIAGONAL, width, like.device)),))
+    return BaseRows(like, block, lambda width: (_ones_part(like, width),))
 
 
 def mixed(r_F: torch.Tensor) -> BaseRows:
     """MIXED's ``[[1, -[r_F]x], [0, 1]]`` for the frame origin ``r_F`` (3, B) relative
     to the base: ones (row stride 0), ``r_F`` and ``-r_F`` placed into their entries,
     or made whole by :func:`mixed_base_rows`."""
-    B = r_F.shape[-1]
-
-    def parts(width):
-        return ((r_F.new_ones(1, B).expand(6, B), _columns(_DIAGONAL, width, r_F.device)),
-                (r_F, _columns(_MIXED_R, width, r_F.device)), (r_F.neg(), _columns(_MIXED_NEG_R, width, r_F.device)))
-
-    return BaseRows(r_F, lambda: mixed_base_rows(r_F), parts)
+    return BaseRows(r_F, lambda: mixed_base_rows(r_F), lambda width: (_ones_part(r_F, width), *_r_parts(r_F, width)))
 
 
 def mixed_rate(r_rate: torch.Tensor) -> BaseRows:
     """The rate of MIXED's block, ``[[0, -[r_rate]x], [0, 0]]`` for the rate ``r_rate``
     (3, B) of the frame origin relative to the base: ``r_rate`` and ``-r_rate`` placed
     into the entries of :func:`mixed`'s ``r`` and ``-r``, or the block gathered."""
-    B = r_rate.shape[-1]
+    return BaseRows(r_rate, lambda: _mixed_gather(r_rate, diagonal=0.0), lambda width: _r_parts(r_rate, width))
 
-    def block():
-        values = torch.cat([r_rate.new_zeros(2, B), r_rate, r_rate.neg()])  # (0, 0, r, -r): no ones
-        return values.index_select(0, _uncached(_entries)("mixed", str(r_rate.device))).view(6, 6, B)
 
-    def parts(width):
-        return ((r_rate, _columns(_MIXED_R, width, r_rate.device)),
-                (r_rate.neg(), _columns(_MIXED_NEG_R, width, r_rate.device)))
+def _ones_part(like: torch.Tensor, width: int) -> tuple:
+    """The part of the ones on the block's diagonal: one row of ones, row stride 0."""
+    return like.new_ones(1, like.shape[-1]).expand(6, like.shape[-1]), _columns(_DIAGONAL, width, like.device)
 
-    return BaseRows(r_rate, block, parts)
+
+def _r_parts(r: torch.Tensor, width: int) -> tuple:
+    """The parts of ``r`` (3, B) and ``-r`` in MIXED's block, placed as ``-[r]x``."""
+    return (r, _columns(_MIXED_R, width, r.device)), (r.neg(), _columns(_MIXED_NEG_R, width, r.device))
 
 
 def body(V: torch.Tensor) -> BaseRows:
@@ -156,9 +150,15 @@ def mixed_base_rows(r_F: torch.Tensor) -> torch.Tensor:
     :func:`~.representation.twists_to_rep` makes of the six unit twists, without
     converting them). Also INERTIAL_FIXED's T of the base position
     (:func:`~.representation.base_map`)."""
-    B = r_F.shape[-1]
-    values = torch.cat([r_F.new_zeros(1, B), r_F.new_ones(1, B), r_F, r_F.neg()])  # (8, B)
-    return values.index_select(0, _uncached(_entries)("mixed", str(r_F.device))).view(6, 6, B)
+    return _mixed_gather(r_F, diagonal=1.0)
+
+
+def _mixed_gather(r: torch.Tensor, diagonal: float) -> torch.Tensor:
+    """(6, 6, B) ``[[d, -[r]x], [0, d]]`` for ``r`` (3, B) and the number ``d`` on the
+    diagonal: one gather from ``(0, d, r, -r)`` by :data:`_MIXED_LAYOUT`."""
+    B = r.shape[-1]
+    values = torch.cat([r.new_zeros(1, B), r.new_full((1, B), diagonal), r, r.neg()])  # (8, B)
+    return values.index_select(0, _uncached(_entries)("mixed", str(r.device))).view(6, 6, B)
 
 
 @tensor_cache(8)
