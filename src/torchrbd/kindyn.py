@@ -471,8 +471,7 @@ class KinDynComputations:
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
         kin, _, pB = self._state(model, a, subspaces=False)
         if link_frames.applies(model, kin.X, pB):  # (each run of a body's links one product, into the result)
-            out = result_buffer(pB, pB.shape[-1], model.nlink, 4, 4) if writes_into_buffers(kin.X, pB) else None
-            return link_frames.link_transforms(model, kin.X, pB, out).reshape(*bs, model.nlink, 4, 4)
+            return link_frames.link_transforms(model, kin.X, pB).reshape(*bs, model.nlink, 4, 4)
         R, r = alg.link_poses(model, kin)
         H = homogeneous(to_batch_first(R), to_batch_first(r + pB))
         return H.reshape(*bs, model.nlink, 4, 4)
@@ -491,9 +490,8 @@ class KinDynComputations:
         kin, R, p = self._state(model, a)
         V0 = rep_.to_internal(self._rep, R, p, self._bl(a["base_velocity"]))
         V, _ = alg.body_velocities(model, kin, V0, self._bl(a["joint_velocities"]))  # (nb, 6, B) about O
-        if link_frames.applies(model, V, kin.R, kin.p, p):  # (each run of a body's links one product)
-            out = result_buffer(V, V.shape[-1], model.nlink, 6) if writes_into_buffers(V, kin.R, kin.p, p) else None
-            return link_frames.link_velocities(model, self._rep, kin.R, kin.p, V, p, out).reshape(*bs, model.nlink, 6)
+        if link_frames.applies(model, V, kin.R, kin.p, p):  # (each run of a body's links one product, into the result)
+            return link_frames.link_velocities(model, self._rep, kin.R, kin.p, V, p).reshape(*bs, model.nlink, 6)
         R_l, r_l = alg.link_poses(model, kin)
         V_l = V.index_select(0, alg.topology(model).link_body)
         return self._out(rep_.velocities_to_rep(self._rep, V_l, R_l, r_l, p), bs)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import torch
 
+from ..inference import result_buffer
 from ..model.model import Model
 from .batchlast import cross, has_tangent, mtv, plain
 from .representation import INERTIAL, MIXED, twists_to_rep
@@ -52,24 +53,22 @@ def applies(model: Model, *tensors) -> bool:
             and not (torch.is_grad_enabled() and (model.link_rot.requires_grad or model.link_pos.requires_grad)))
 
 
-def link_transforms(model: Model, X: torch.Tensor, pB: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+def link_transforms(model: Model, X: torch.Tensor, pB: torch.Tensor) -> torch.Tensor:
     """world_H_link (B, nlink, 4, 4) in ``model.link_names`` order, contiguous, from the
     bodies' pose rows ``X`` (nb, 3, 4, B) (positions relative to the base, as whole-tree
-    :func:`~.kinematics.forward` makes them) and the base position ``pB`` (3, B); written
-    into ``out`` (B, nlink, 4, 4) where given and nothing is differentiated."""
+    :func:`~.kinematics.forward` makes them) and the base position ``pB`` (3, B)."""
     nb, B = X.shape[0], X.shape[-1]
     rows = torch.cat([X.reshape(nb, 12, B), X.new_ones(1, 1, B).expand(nb, 1, B)], 1)  # (nb, 13, B)
     rows[:, 3:12:4] += pB  # world positions
-    return _products(model, rows, link_weights(model), out).view(B, model.nlink, 4, 4)
+    return _products(model, rows, link_weights(model)).view(B, model.nlink, 4, 4)
 
 
-def link_velocities(model: Model, rep: str, R: torch.Tensor, p: torch.Tensor, V: torch.Tensor, pB: torch.Tensor,
-                    out: torch.Tensor | None = None) -> torch.Tensor:
+def link_velocities(model: Model, rep: str, R: torch.Tensor, p: torch.Tensor, V: torch.Tensor,
+                    pB: torch.Tensor) -> torch.Tensor:
     """(B, nlink, 6) every link's velocity in ``rep`` (:func:`~.representation.velocities_to_rep`
     of its body's twist), contiguous, from the bodies' poses ``R`` (nb, 3, 3, B), ``p``
     (nb, 3, B) relative to the base, their twists ``V`` (nb, 6, B) about O (world axes)
-    and the base position ``pB`` (3, B); written into ``out`` (B, nlink, 6) where given
-    and nothing is differentiated.
+    and the base position ``pB`` (3, B).
 
     With ``v``, ``w`` a body's origin velocity and angular velocity (world axes) and
     ``A = body_H_link`` = ``[R_A | a]``:
@@ -87,19 +86,19 @@ def link_velocities(model: Model, rep: str, R: torch.Tensor, p: torch.Tensor, V:
             features = torch.cat([v, wR.reshape(-1, 9, v.shape[-1]), w], 1)  # (nb, 15, B)
         else:
             features = mtv(R[:, None], torch.stack([v, w], 1)).reshape(V.shape)  # (u, o) (nb, 6, B)
-    return _products(model, features, velocity_weights(model, rep), out).view(V.shape[-1], model.nlink, 6)
+    return _products(model, features, velocity_weights(model, rep)).view(V.shape[-1], model.nlink, 6)
 
 
-def _products(model: Model, features: torch.Tensor, W: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+def _products(model: Model, features: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
     """(B, nlink k): each run's links (their columns of ``W`` (f, nlink k)) from its
-    body's ``features`` (nb, f, B), into ``out`` where given and nothing is
-    differentiated; with gradients :class:`_RunProducts`."""
+    body's ``features`` (nb, f, B), written into the method's result where it has one
+    (:func:`~torchrbd.inference.result_buffer`); with gradients :class:`_RunProducts`."""
     runs, bodies = _column_runs(model, W.shape[1] // model.nlink)
     if torch.is_grad_enabled() and features.requires_grad:
         return _RunProducts.apply(features, W, runs, bodies)
-    if out is None:
-        out = features.new_empty(features.shape[-1], W.shape[1])
-    return _products_into(features, W, runs, out.view(features.shape[-1], -1))
+    B = features.shape[-1]
+    out = result_buffer(features, B, W.shape[1])
+    return _products_into(features, W, runs, features.new_empty(B, W.shape[1]) if out is None else out)
 
 
 def _products_into(features, W, runs, out):
