@@ -62,10 +62,9 @@ def place_zeroed(out: torch.Tensor, parts) -> bool:
     if not (len(parts) <= 4 and _loop_reads(out) and out.dim() == 2 and out.stride(1) == 1):
         return False
     B = out.shape[0]
-    for src, columns in parts:
-        if not (src.dtype is out.dtype and src.is_cpu and src.dim() == 2 and src.shape[1] == B and src.stride(1) == 1
-                and not (src.requires_grad and torch.is_grad_enabled()) and columns.is_cpu
-                and columns.dtype is torch.int64 and columns.is_contiguous() and columns.shape[0] == src.shape[0]):
+    for src, columns in parts:  # (each part read as place reads its source, by its index of columns)
+        if not (src.dim() == 2 and _native_applies(src, columns) and src.dtype is out.dtype and src.shape[1] == B
+                and columns.is_contiguous() and columns.shape[0] == src.shape[0]):
             return False
     threads = torch.get_num_threads() if B * out.shape[1] >= PARALLEL_FROM else 1
     _placement.place_zeroed(out.data_ptr(), out.stride(0), out.shape[1], B, out.element_size(), threads,
