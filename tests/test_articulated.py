@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import torchrbd
+import torchrbd.models
 from torchrbd import ModelError
 from torchrbd.algorithms import articulated
 from pin_reference import REPRESENTATIONS, PinRobot, pin_robot_of
@@ -21,7 +22,7 @@ t = torch.tensor
 @pytest.fixture
 def sweeps(monkeypatch):
     """Count the sweep's calls, and let every batch size take it (by default only
-    batches of ``articulated.FROM`` or more do)."""
+    batches of ``articulated.sweep_from(model)`` or more do)."""
     calls = []
     original = articulated.articulated_body
 
@@ -31,6 +32,7 @@ def sweeps(monkeypatch):
 
     monkeypatch.setattr(articulated, "articulated_body", counted)
     monkeypatch.setattr(articulated, "FROM", 1)
+    monkeypatch.setattr(articulated, "CHAIN_FROM", 1)
     return calls
 
 
@@ -47,19 +49,21 @@ def test_sweep_matches_pinocchio(robot, rng, rep, sweeps):
     w = {f: t(rng.normal(size=(3, 6))) for f in robot.frames[:2]}
     a = robot.kd.aba(t(Hs), t(q), t(nu), t(qd), t(tau), external_wrenches=w)
     assert len(sweeps) == 2
-    articulated.FROM = 10**9
+    articulated.FROM = articulated.CHAIN_FROM = 10**9
     close(a, robot.kd.aba(t(Hs), t(q), t(nu), t(qd), t(tau), external_wrenches=w).numpy(), rtol=1e-10)
     assert len(sweeps) == 2
 
 
 def test_large_batches_take_the_sweep_by_default(rng):
-    """iCub at the threshold: taken without being forced, and every configuration right."""
+    """iCub (a branched tree) at the threshold: taken without being forced, and every
+    configuration right."""
     from conftest import SEED_JOINTS, icub_path
 
     kd = torchrbd.KinDynComputations(str(icub_path()), SEED_JOINTS)
     pin = PinRobot(str(icub_path()), kd.joints_name_list)
     robot = type("R", (), {"n": kd.NDoF})
     B = articulated.FROM
+    assert articulated.sweep_from(kd._model) == B
     Hs, q, nu, qd = sample(robot, rng, B)
     tau = rng.normal(size=(B, kd.NDoF))
     taken = []
@@ -76,6 +80,32 @@ def test_large_batches_take_the_sweep_by_default(rng):
     for b in range(B):
         close(a[b], pin.aba(rep, Hs[b], q[b], nu[b], qd[b], tau[b]), rtol=1e-8)
     close(small, a[:B - 1].numpy(), rtol=1e-10)
+
+
+def test_chains_take_the_sweep_from_a_longer_batch(rng):
+    """A chain (the embedded 7-joint arm, one body per level) keeps the CRBA path at the
+    branched trees' threshold and takes the sweep from ``CHAIN_FROM`` configurations
+    on, with and without gradients; its accelerations there match Pinocchio's."""
+    kd = torchrbd.models.load("arm7")
+    assert articulated.sweep_from(kd._model) == articulated.CHAIN_FROM > articulated.FROM
+    pin = PinRobot(str(torchrbd.models.path("arm7", "urdf")), kd.joints_name_list)
+    robot = type("R", (), {"n": kd.NDoF})
+    taken = []
+    original = articulated.articulated_body
+    try:
+        articulated.articulated_body = lambda *args: taken.append(args[-1].shape[-1]) or original(*args)
+        for B in (articulated.FROM, articulated.CHAIN_FROM):
+            Hs, q, nu, qd = sample(robot, rng, B)
+            tau = rng.normal(size=(B, kd.NDoF))
+            a = kd.aba(t(Hs), t(q), t(nu), t(qd), t(tau))
+            grad = kd.aba(t(Hs), t(q).requires_grad_(True), t(nu), t(qd), t(tau))
+            assert ("_ImplicitBackward" in graph_names(grad)) == (B == articulated.CHAIN_FROM)
+    finally:
+        articulated.articulated_body = original
+    assert taken == [articulated.CHAIN_FROM]
+    rep = REPRESENTATIONS[1]  # MIXED, the default
+    for b in range(0, B, 37):
+        close(a[b], pin.aba(rep, Hs[b], q[b], nu[b], qd[b], tau[b]), rtol=1e-8)
 
 
 def test_large_batches_with_gradients_take_the_sweep_by_default(rng):

@@ -163,10 +163,11 @@ def test_gradcheck_state(kd, name, rep):
 def sweep_with_gradients(monkeypatch):
     """aba through the articulated-body sweep with its implicit backward
     (``forward_dynamics._Implicit``) at every batch size, not only from
-    ``articulated.FROM`` configurations on."""
+    ``articulated.sweep_from(model)`` configurations on."""
     from torchrbd.algorithms import articulated
 
     monkeypatch.setattr(articulated, "FROM", 1)
+    monkeypatch.setattr(articulated, "CHAIN_FROM", 1)
 
 
 @pytest.mark.parametrize("rep", REPS, ids=REP_IDS)
@@ -209,6 +210,7 @@ def test_vectorized_jacobians_of_every_function(kd, path, monkeypatch):
 
     if path == "sweep":
         monkeypatch.setattr(articulated, "FROM", 1)
+        monkeypatch.setattr(articulated, "CHAIN_FROM", 1)
     kd.set_frame_velocity_representation(MIXED)
     x0 = state(kd.NDoF, seed=8)
     H = pose(_rot(np.random.default_rng(8)), x0["r"], x0["p"]).expand(2, 4, 4)
@@ -336,7 +338,7 @@ def test_vmap_jacobian(kd):
 
 
 def test_forward_mode_ad_over_batched_calls(kd, monkeypatch):
-    """``torch.autograd.forward_ad`` dual inputs, a batch of ``articulated.FROM``: the
+    """``torch.autograd.forward_ad`` dual inputs, a batch of ``articulated.sweep_from``: the
     forward kinematics' buffers (``out=`` has no forward-mode rule) step aside, the
     articulated-body sweep carries the tangents through its in-place updates; the
     tangents match central differences."""
@@ -344,7 +346,7 @@ def test_forward_mode_ad_over_batched_calls(kd, monkeypatch):
 
     from torchrbd.algorithms import articulated
 
-    x, B = state(kd.NDoF, seed=5), articulated.FROM
+    x, B = state(kd.NDoF, seed=5), articulated.sweep_from(kd._model)
     g = torch.Generator().manual_seed(5)
     H = pose(torch.eye(3, dtype=torch.float64), x["r"], x["p"]).expand(B, 4, 4)
     q, qd, tau, dq = (torch.randn(B, kd.NDoF, generator=g, dtype=torch.float64) for _ in range(4))
@@ -370,7 +372,7 @@ def test_vmap_over_batched_calls_without_gradients(kd):
     batch) or takes the articulated-body sweep, it must fall back inside the transform."""
     from torchrbd.algorithms import articulated
 
-    x, B = state(kd.NDoF, seed=4), articulated.FROM
+    x, B = state(kd.NDoF, seed=4), articulated.sweep_from(kd._model)
     g = torch.Generator().manual_seed(4)
     H = pose(torch.eye(3, dtype=torch.float64), x["r"], x["p"]).expand(2, B, 4, 4)
     q, qd, tau = (torch.randn(2, B, kd.NDoF, generator=g, dtype=torch.float64) for _ in range(3))

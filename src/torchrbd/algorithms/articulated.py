@@ -256,9 +256,9 @@ def applies(model: Model, kin: Kinematics, inertia: SpatialInertia, *tensors) ->
     updates its blocks in place; with gradients, :mod:`.forward_dynamics` runs it with
     an implicit backward, from the same batch size on), plain tensors (not
     in a ``torch.func`` transform; forward-mode tangents of ``torch.autograd.forward_ad``
-    pass through its in-place updates), and a batch of at least :data:`FROM`
+    pass through its in-place updates), and a batch of at least :func:`sweep_from`
     configurations."""
-    if torch.compiler.is_compiling() or tensors[0].shape[-1] < FROM:
+    if torch.compiler.is_compiling() or tensors[0].shape[-1] < sweep_from(model):
         return False
     tensors = (*tensors, kin.R, kin.p, kin.S, inertia.m, inertia.h, inertia.J)
     if model.has_armature:
@@ -268,14 +268,39 @@ def applies(model: Model, kin: Kinematics, inertia: SpatialInertia, *tensors) ->
     return all(plain(t) for t in tensors)
 
 
-FROM = 256
-"""The smallest batch that takes the sweep. Its operator count does not depend on the
-batch (about 150 more than the CRBA path's), so it only pays off once the batch is
-large. iCub, float64, CPU, in-process A/Bs against the CRBA path (samples
-interleaved): on 2 threads 1.1x the time at 64-96 configurations, 0.96-1.04x at 128,
-0.85-0.89x at 256, 0.72-0.78x at 1024; on 1 thread 0.85-0.94x at 128, 0.84x at 1024,
-0.77x at 4096; float32, 2 threads (against the tree-sparse solve): 0.91x at 128,
-0.81-0.90x at 1024-4096. Under ``torch.compile`` the tree-sparse factorisation stays
-(the compiled sweep measured 1.5-2x its time: 9.8-14 against 6.5-6.9 ms on 2 threads).
-On CUDA the same threshold applies, unmeasured (``benchmarks/gpu_check.py`` checks the
-sweep's agreement with the CPU)."""
+def sweep_from(model: Model) -> int:
+    """The smallest batch that takes the sweep for ``model``: :data:`FROM` for a branched
+    tree (at least :data:`BRANCHED` bodies per level besides the base, on average),
+    :data:`CHAIN_FROM` for chains and nearly chains. The sweep runs a fixed number of
+    operators per level, each over all of the level's bodies, where the CRBA path's
+    Cholesky solve costs the same per configuration whatever the tree's shape: wide
+    levels make the sweep's operators pay sooner."""
+    levels = len(topology(model).levels)
+    return FROM if model.nbody - 1 >= BRANCHED * max(levels, 1) else CHAIN_FROM
+
+
+FROM = 96
+"""The smallest batch that takes the sweep in a branched tree. Its operator count does
+not depend on the batch (about 150 more than the CRBA path's), so it only pays off once
+the batch is long. In-process A/Bs against the CRBA path (float64, 2 threads, samples
+interleaved), aba / aba forward+backward: iCub 0.97x / 0.93x the time at 96 configurations, 0.92x / 0.92x
+at 128, 0.82x / 0.89x at 192 (1.14x / 1.10x at 64; float32 0.94x / 0.98x at 96, 0.85x
+/ 0.86x at 160; one thread 0.95x / 0.93x at 96, 0.90x / 0.88x at 128); the embedded
+quadruped 0.92x / 0.95x at 96, 0.92x / 0.83x at 128; solo12 0.92x / 0.89x at 96, 0.91x /
+0.91x at 128; MuJoCo's humanoid 0.98x / 0.95x at 96, 0.94x / 0.92x at 128. From 256 on
+the older A/Bs hold: iCub 0.85-0.89x at 256, 0.72-0.78x at 1024, 0.77x at 4096 on one
+thread. Under ``torch.compile`` the tree-sparse factorisation stays (the compiled sweep
+measured 1.5-2x its time: 9.8-14 against 6.5-6.9 ms on 2 threads). On CUDA the same
+thresholds apply, unmeasured (``benchmarks/gpu_check.py`` checks the sweep's agreement
+with the CPU)."""
+
+CHAIN_FROM = 256
+"""The smallest batch that takes the sweep in a chain (fewer than :data:`BRANCHED` bodies
+per level). Chains gain little from it: the embedded 7-joint arm (one body per level)
+took 1.10x / 1.03x the time at 96 configurations, 1.02x / 0.98x at 256, 1.01x / 1.02x
+at 1024; Panda (1.1 bodies per level) 1.08x / 1.04x at 96, 1.01x / 0.98x at 256; TIAGo
+(1.5) 0.94-1.04x from 96 to 1024."""
+
+BRANCHED = 2.0
+"""Bodies per level (besides the base, on average) from which a tree counts as branched
+for :func:`sweep_from`: iCub has 3.3, the quadrupeds 4, MuJoCo's humanoid 3."""

@@ -1,7 +1,7 @@
 """Forward dynamics in the internal coordinates: the accelerations ``a`` with
 ``M a + h = f`` (base twist about O, world axes), and which algorithm finds them.
 
-* Eager, a batch of ``articulated.FROM`` or more: the articulated-body sweep
+* Eager, a batch of :func:`articulated.sweep_from` or more: the articulated-body sweep
   (:mod:`.articulated`). Without gradients it runs as it is; with them, through
   :class:`_Implicit`, whose backward differentiates the equations of motion implicitly.
 * Compiled, with gradients, where the tree-sparse factorisation of M pays
@@ -44,16 +44,16 @@ def accelerations(model, kin: Kinematics, inertia: SpatialInertia, V0, qd, force
         return articulated.articulated_body(model, kin, inertia, V0, qd, force, gravity)
     armature = model.armature if model.has_armature else None
     inputs = (kin.S, inertia.m, inertia.h, inertia.J, V0, qd, force, gravity, armature)
-    if implicit_backward(*(t for t in inputs if t is not None)):
+    if implicit_backward(model, *(t for t in inputs if t is not None)):
         return _Implicit.apply(model, *inputs)
     return crba_accelerations(model, kin, inertia, V0, qd, force, gravity)
 
 
-def implicit_backward(*tensors) -> bool:
+def implicit_backward(model, *tensors) -> bool:
     """Whether :class:`_Implicit` computes the accelerations: a gradient is wanted, and
 
     * eager: plain tensors without forward-mode tangents (:func:`~.batchlast.with_rules`)
-      and a batch of at least ``articulated.FROM`` (the sweep; iCub, B = 1024, float64,
+      and a batch of at least :func:`articulated.sweep_from` (the sweep; iCub, B = 1024, float64,
       2 threads, aba forward+backward against the CRBA path: see BENCHMARKS.md);
     * compiled: a batch for the tree-sparse factorisation (:func:`~.tree_cholesky.pays_off`;
       iCub, B = 1024, 2 threads, forward+backward: 0.72x the time of autograd through the
@@ -62,7 +62,7 @@ def implicit_backward(*tensors) -> bool:
     if torch.compiler.is_compiling():
         return (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
                 and tree_cholesky.pays_off(x.shape[-1], x.dtype, x.device, compiled=True))
-    return (x.shape[-1] >= articulated.FROM and with_rules(*tensors)
+    return (x.shape[-1] >= articulated.sweep_from(model) and with_rules(*tensors)
             and all(plain(t) for t in tensors) and not has_tangent(*tensors))
 
 
