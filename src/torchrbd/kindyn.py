@@ -24,7 +24,7 @@ from .errors import InputError, ModelError
 from .model import Model, load_urdf
 from .algorithms import placement
 from .algorithms.batchlast import DENSE_BELOW, batch_last_grad, to_batch_first, writes_into_buffers
-from .algorithms import forward_dynamics, frame_twists, jacobian_base, link_frames
+from .algorithms import forward_dynamics, frame_transform_grad, frame_twists, jacobian_base, link_frames
 from .chunking import in_chunks, needs_grad
 from .inference import call_in_inference_mode, normal_tensors, result_buffer
 from .spatial import homogeneous
@@ -453,6 +453,8 @@ class KinDynComputations:
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
         model.frame(frame)  # raises FrameNotFoundError with suggestions
         H, q = a["base_transform"], a["joint_positions"]
+        if frame_transform_grad.applies(model, frame, H, q):  # a backward by the chain's twists
+            return frame_transform_grad.frame_transform(model, H, q, frame).reshape(*bs, 4, 4)
         # fewer operators than the chain's kinematics; compiled, only the long batches'
         # grouped products (iCub, B = 1024, in-process A/Bs: 0.57-0.60x the time by pairs
         # of joints, then 0.94x that by groups), as

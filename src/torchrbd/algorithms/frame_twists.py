@@ -39,11 +39,11 @@ def applies(model: Model, frame: str, q: torch.Tensor) -> bool:
     return q.shape[-1] >= FROM and model.frame(frame)[0] > 0 and not torch.compiler.is_compiling()
 
 
-def frame_twists(model: Model, base_R: torch.Tensor, q: torch.Tensor, frame: str,
+def frame_twists(model: Model, base_R: torch.Tensor | None, q: torch.Tensor, frame: str,
                  about: torch.Tensor | None = None, rotation: bool = False):
     """The unit twists of the joints on the chain to ``frame``'s body, for the base at
-    the origin with rotation ``base_R`` (3, 3, B) and coordinates ``q`` (n, B) (may be a
-    transposed view).
+    the origin with rotation ``base_R`` (3, 3, B; None: the identity, the results in
+    the base's axes) and coordinates ``q`` (n, B) (may be a transposed view).
 
     Returns ``(chain, twists, r_F, R_F)``: the :class:`~.topology.Chain`, the twists
     (k, 6, B) about ``about`` (3, B) or else about the frame's origin, world axes, linear
@@ -56,16 +56,20 @@ def frame_twists(model: Model, base_R: torch.Tensor, q: torch.Tensor, frame: str
     c = Y.shape[1]
     in_place = writes_into_buffers(base_R, Y)
     world = torch.empty_like(Y) if in_place else []
-    R, p = [col[None] for col in base_R.unbind(1)], None  # the start's [R | p] as (1, 3, B) columns
+    R = None if base_R is None else [col[None] for col in base_R.unbind(1)]  # the start's [R | p] as (1, 3, B) columns
+    p = None
     for i, y in enumerate(Y):
-        # R y + p for the columns that are points
-        rows = pieces(y, 1)
-        if in_place:
+        if R is None:  # the first group starts at the base itself: its columns as they are
+            out = world[i].copy_(y) if in_place else y
+        elif in_place:  # R y + p for the columns that are points
+            rows = pieces(y, 1)
             out = torch.mul(R[0], rows[0], out=world[i]).addcmul_(R[1], rows[1]).addcmul_(R[2], rows[2])
             out = out if p is None else out.addcmul_(p, is_point)
         else:
+            rows = pieces(y, 1)
             out = R[0] * rows[0] + R[1] * rows[1] + R[2] * rows[2]
             out = out if p is None else out + p * is_point
+        if not in_place:
             world.append(out)
         *R, p = pieces(out[c - 4:], 0)
     world = world if in_place else torch.stack(world)
