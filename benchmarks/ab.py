@@ -114,6 +114,7 @@ def cases(kd, frame: str, B: int, dtype) -> dict:
         "hfb": fwd_bwd(lambda x: kd.bias_force(H, x, nu, qd)),
         "Jfb": fwd_bwd(lambda x: kd.jacobian(frame, H, x)),
         "FKfb": fwd_bwd(lambda x: kd.forward_kinematics(frame, H, x)),
+        "CoMfb": fwd_bwd(lambda x: kd.CoM_position(H, x)),
         "Gfb": fwd_bwd(lambda x: kd.gravity_term(H, x)),
     }
 
@@ -139,7 +140,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--calls", type=int, default=10, help="calls per sample (a third of it for forward+backward)")
-    ap.add_argument("--only", default=None, help="comma-separated subset of M,h,aba,J,FK,Jd,CMM,G,CoM,Jcom,LP,fb,Mfb,hfb,Jfb,FKfb,Gfb")
+    ap.add_argument("--only", default=None, help="comma-separated subset of M,h,aba,J,FK,Jd,CMM,G,CoM,Jcom,LP,fb,Mfb,hfb,Jfb,FKfb,CoMfb,Gfb")
     ap.add_argument("--compile", action="store_true", help="time both versions' compiled copies (kd.compiled())")
     ap.add_argument("--representation", choices=["mixed", "body", "inertial"], default="mixed",
                     help="the velocity representation of both versions (default: adam's, MIXED)")

@@ -193,6 +193,11 @@ def torchrbd_cases(path, joints, frame, B, dtype, device, compile_=False, python
         a = kd.aba(H, qg, nu, qdg, taug)
         torch.autograd.grad(a.sum(), (qg, qdg, taug))
 
+    def gradient(f):  # forward + the gradient of the sum of the outputs w.r.t. q
+        def run():
+            torch.autograd.grad(f(qg).sum(), qg)
+        return run
+
     return {
         "mass_matrix": nograd(lambda: kd.mass_matrix(H, q)),
         "bias_force": nograd(lambda: kd.bias_force(H, q, nu, qd)),
@@ -209,17 +214,22 @@ def torchrbd_cases(path, joints, frame, B, dtype, device, compile_=False, python
             "rnea": nograd(lambda: kd.rnea(H, q, nu, qd, nu, tau)),
             "link_poses": nograd(lambda: kd.link_poses(H, q)),
             "link_velocities": nograd(lambda: kd.link_velocities(H, q, nu, qd)),
+            "forward_kinematics forward+backward": gradient(lambda x: kd.forward_kinematics(frame, H, x)),
+            "CoM_position forward+backward": gradient(lambda x: kd.CoM_position(H, x)),
         } if more else {}),
     }
 
 
 MORE = ("centroidal_momentum_matrix", "CoM_position", "CoM_jacobian", "jacobian_dot", "rnea", "link_poses",
-        "link_velocities")
+        "link_velocities", "forward_kinematics forward+backward", "CoM_position forward+backward")
 """The quantities ``--more`` adds, with Pinocchio's loop over ``computeCentroidalMap``,
 ``centerOfMass``, ``jacobianCenterOfMass``, ``computeJointJacobiansTimeVariation`` +
 ``getFrameJacobianTimeVariation``, ``rnea`` and ``framesForwardKinematics`` (every frame's
 placement). ``link_velocities`` has no Pinocchio column: its frames' velocities take one
-Python call each (``getFrameVelocity``), which would time Python, not Pinocchio."""
+Python call each (``getFrameVelocity``), which would time Python, not Pinocchio. The two
+gradients (the forward and the gradient of the outputs' sum w.r.t. the joint positions)
+stand next to what gives Pinocchio's user the same: the frame Jacobian with the pose
+(``computeFrameJacobian``), the CoM Jacobian with the CoM (``jacobianCenterOfMass``)."""
 
 
 def pinocchio_cases(path, joints, frame, B, more=False):
@@ -268,6 +278,10 @@ def pinocchio_cases(path, joints, frame, B, more=False):
                 pin.getFrameJacobianTimeVariation(model, data, fid, pin.LOCAL_WORLD_ALIGNED))),
             "rnea": loop(lambda i: pin.rnea(model, data, qs[i], vs[i], ts[i])),
             "link_poses": loop(lambda i: pin.framesForwardKinematics(model, data, qs[i])),
+            # the gradients' counterparts: the pose or CoM with its Jacobian
+            "forward_kinematics forward+backward": loop(
+                lambda i: pin.computeFrameJacobian(model, data, qs[i], fid, pin.LOCAL_WORLD_ALIGNED)),
+            "CoM_position forward+backward": loop(lambda i: pin.jacobianCenterOfMass(model, data, qs[i])),
         } if more else {}),
     }, "Pinocchio " + pin.__version__
 

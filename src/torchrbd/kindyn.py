@@ -24,7 +24,9 @@ from .errors import InputError, ModelError
 from .model import Model, load_urdf
 from .algorithms import placement
 from .algorithms.batchlast import DENSE_BELOW, batch_last_grad, to_batch_first, writes_into_buffers
-from .algorithms import forward_dynamics, frame_transform_grad, frame_twists, jacobian_base, link_frames
+from .algorithms import (
+    center_of_mass_grad, forward_dynamics, frame_transform_grad, frame_twists, jacobian_base, link_frames,
+)
 from .chunking import in_chunks, needs_grad
 from .inference import call_in_inference_mode, normal_tensors, result_buffer
 from .spatial import homogeneous
@@ -643,6 +645,8 @@ class KinDynComputations:
     def CoM_position(self, base_transform, joint_positions) -> torch.Tensor:
         """(..., 3) centre of mass in the world frame."""
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
+        if center_of_mass_grad.applies(model, a["base_transform"], a["joint_positions"]):  # a backward by twists
+            return center_of_mass_grad.com(model, a["base_transform"], a["joint_positions"]).reshape(*bs, 3)
         kin, _, pB = self._state(model, a, subspaces=False)
         com, _ = alg.center_of_mass(model, kin)
         return self._out(com + pB, bs)

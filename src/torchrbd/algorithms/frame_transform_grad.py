@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from ..model.model import Model
-from .batchlast import cross, has_tangent, mtv, plain
+from .batchlast import cross, hand_written_backward, mtv
 from .frame_twists import frame_twists
 from .kinematics import _compose, _placements, frame_transforms
 
@@ -37,17 +37,11 @@ iCub, float64, B = 1024 0.73-0.75x the time (float32 0.74x), 256 0.70-0.72x, 96
 
 
 def applies(model: Model, frame: str, H: torch.Tensor, q: torch.Tensor) -> bool:
-    """Whether :func:`frame_transform` serves ``H`` (B, 4, 4) and ``q`` (B, n): eager, a
-    batch of at least :data:`FROM`, a gradient wanted from ``q`` (and maybe ``H``),
-    plain tensors (not in a ``torch.func`` transform) without forward-mode tangents, a
-    frame below the base, and model parameters (the joints' placements, the frame's)
-    that need no gradient."""
-    if (torch.compiler.is_compiling() or H.shape[0] < FROM or not torch.is_grad_enabled()
-            or not q.requires_grad):
-        return False
+    """Whether :func:`frame_transform` serves ``H`` (B, 4, 4) and ``q`` (B, n): a frame
+    below the base, and :func:`~.batchlast.hand_written_backward` from :data:`FROM`
+    configurations on, with the joints' and the frame's placements without gradient."""
     body, rot, pos = model.frame(frame)
-    return (body > 0 and plain(H) and plain(q) and not has_tangent(H, q)
-            and not any(t.requires_grad for t in (*_placements(model), rot, pos)))
+    return body > 0 and hand_written_backward(H, q, FROM, (*_placements(model), rot, pos))
 
 
 def frame_transform(model: Model, H: torch.Tensor, q: torch.Tensor, frame: str) -> torch.Tensor:
