@@ -1,9 +1,11 @@
-"""``forward_kinematics`` and ``CoM_position`` with gradients through their hand-written
-backwards (algorithms/frame_transform_grad.py: the chain's joint twists dotted with the
-cotangent; algorithms/center_of_mass_grad.py: the coordinates' motion subspaces and
-subtree moments): values against Pinocchio's, gradients w.r.t. the joint positions
-against Pinocchio's frame and CoM Jacobians, w.r.t. the base transform against finite
-differences, second derivatives, and when each path is (not) taken."""
+"""``forward_kinematics``, ``CoM_position`` and the MIXED ``jacobian`` with gradients
+through their hand-written backwards (algorithms/frame_transform_grad.py: the chain's
+joint twists dotted with the cotangent; algorithms/center_of_mass_grad.py: the
+coordinates' motion subspaces and subtree moments; algorithms/jacobian_grad.py: running
+sums of the twists along the chain): values against Pinocchio's, gradients w.r.t. the
+joint positions against Pinocchio's frame and CoM Jacobians and the frame Jacobian's
+time variation, w.r.t. the base transform against finite differences, second
+derivatives, and when each path is (not) taken."""
 
 import numpy as np
 import pytest
@@ -11,13 +13,13 @@ import torch
 from torch.autograd import gradcheck, gradgradcheck
 
 import torchrbd
-from torchrbd.algorithms import center_of_mass_grad, frame_transform_grad
+from torchrbd.algorithms import center_of_mass_grad, frame_transform_grad, jacobian_grad
 from conftest import SEED_JOINTS, graph_names, icub_path
 from pin_reference import MIXED, skew
 from test_kinematics import close, sample
 
 t = torch.tensor
-FK, COM = "_FrameTransformBackward", "_CenterOfMassBackward"
+FK, COM, JAC = "_FrameTransformBackward", "_CenterOfMassBackward", "_MixedJacobianBackward"
 
 PATHS = {  # name: (module, its Function's node, call(kd, H, q))
     "forward_kinematics": (frame_transform_grad, FK, lambda kd, H, q: kd.forward_kinematics("l_sole", H, q)),
@@ -155,3 +157,108 @@ def test_forward_kinematics_below_the_threshold_and_on_the_base(icub):
     q = torch.zeros(B, n, dtype=torch.float64, requires_grad=True)
     assert FK not in graph_names(icub.forward_kinematics("l_sole", H[1:], q[1:]))
     assert FK not in graph_names(icub.forward_kinematics("root_link", H, q))
+
+
+def test_jacobian_gradient_matches_pinocchio_jacobian_rate(robot, rng):
+    """Every frame below the base of every robot, MIXED: with the base at rest, the
+    gradient of ``sum(W * J)`` w.r.t. q, dotted with joint velocities ``qd``, is
+    ``sum(W * dJ/dt)`` with Pinocchio's frame Jacobian time variation."""
+    robot.kd.set_frame_velocity_representation(MIXED)
+    B = 5
+    Hs, q, _, qd = sample(robot, rng, B)
+    W = rng.normal(size=(B, 6, 6 + robot.n))
+    for frame in [f for f in robot.frames if robot.kd.model.frame(f)[0] > 0]:
+        qg = t(q).requires_grad_(True)
+        J = robot.kd.jacobian(frame, t(Hs), qg)
+        assert JAC in graph_names(J)
+        (grad,) = torch.autograd.grad((J * t(W)).sum(), qg)
+        for b in range(B):
+            close(J[b], robot.pin.jacobian(MIXED, frame, Hs[b], q[b]))
+            rate = robot.pin.jacobian_dot(MIXED, frame, Hs[b], q[b], np.zeros(6), qd[b])
+            close((grad[b] * t(qd[b])).sum(), (W[b] * rate).sum())
+
+
+def test_jacobian_gradient_matches_finite_differences_and_autograd(icub, monkeypatch):
+    """Rigid base poses, a long batch: the directional derivative w.r.t. q matches central
+    differences, and value and gradient match autograd through the operators; gradcheck
+    and gradgradcheck at a short batch."""
+    icub.set_frame_velocity_representation(MIXED)
+    B, n = 96, icub.NDoF
+    g = torch.Generator().manual_seed(4)
+    axis = torch.nn.functional.normalize(torch.randn(B, 3, generator=g, dtype=torch.float64), dim=-1)
+    H = torchrbd.spatial.homogeneous(torchrbd.spatial.axis_angle_to_matrix(axis, torch.rand(B, generator=g, dtype=torch.float64) * 3),
+                                     torch.randn(B, 3, generator=g, dtype=torch.float64))
+    q = torch.randn(B, n, generator=g, dtype=torch.float64)
+    dq, W = torch.randn_like(q), torch.randn(B, 6, 6 + n, generator=g, dtype=torch.float64)
+
+    def value_and_grad():
+        qg = q.clone().requires_grad_(True)
+        J = icub.jacobian("r_hand", H, qg)
+        return J, graph_names(J), torch.autograd.grad((J * W).sum(), qg)[0]
+
+    J, names, grad = value_and_grad()
+    assert JAC in names
+    eps = 1e-6
+    plus, minus = (icub.jacobian("r_hand", H, q + s * eps * dq) for s in (1, -1))
+    numeric = ((plus - minus) * W).sum((1, 2)) / (2 * eps)
+    torch.testing.assert_close((grad * dq).sum(1), numeric, rtol=1e-6, atol=1e-6 * numeric.abs().max().item())
+    with monkeypatch.context() as m:
+        m.setattr(jacobian_grad, "applies", lambda *args: False)
+        J2, names2, grad2 = value_and_grad()
+    assert JAC not in names2
+    torch.testing.assert_close(J, J2, rtol=0, atol=1e-13)
+    torch.testing.assert_close(grad, grad2, rtol=1e-12, atol=1e-12)
+    qs = q[:2].clone().requires_grad_(True)
+    assert gradcheck(lambda x: icub.jacobian("l_sole", H[:2], x), (qs,))
+    assert gradgradcheck(lambda x: icub.jacobian("l_sole", H[:2], x), (qs,))
+
+
+def test_jacobian_path_is_taken_in_mixed_only(icub):
+    """The MIXED Jacobian with q requiring grad, from two configurations on; not one
+    configuration, not the other representations, not a gradient wanted from the base
+    transform, not while a joint placement needs grad, not inside torch.func."""
+    B, n = 4, icub.NDoF
+    H = torch.eye(4, dtype=torch.float64).expand(B, 4, 4)
+    q = torch.zeros(B, n, dtype=torch.float64)
+    qg = q.clone().requires_grad_(True)
+    try:
+        for rep in torchrbd.Representations:
+            icub.set_frame_velocity_representation(rep)
+            assert (JAC in graph_names(icub.jacobian("l_sole", H, qg))) == (rep == MIXED)
+        icub.set_frame_velocity_representation(MIXED)
+        assert JAC not in graph_names(icub.jacobian("l_sole", H[:1], qg[:1]))
+        assert JAC not in graph_names(icub.jacobian("l_sole", H.clone().requires_grad_(True), qg))
+        body_pos = icub.model.body_pos.clone().requires_grad_(True)
+        J = torchrbd.KinDynComputations(icub.model.replace(body_pos=body_pos)).jacobian("l_sole", H, qg)
+        assert JAC not in graph_names(J)
+        assert torch.autograd.grad(J.sum(), body_pos)[0].abs().sum() > 0
+        D = torch.func.jacrev(lambda x: icub.jacobian("l_sole", H, x))(q)
+        assert D.shape == (B, 6, 6 + n, B, n)
+    finally:
+        icub.set_frame_velocity_representation(MIXED)
+
+
+@pytest.mark.parametrize("name", [*PATHS, "jacobian"])
+def test_batched_gradients(icub, name):
+    """``autograd.grad(..., is_grads_batched=True)`` (the backward under vmap, as
+    ``torch.autograd.functional.jacobian(vectorize=True)`` runs it) through each
+    hand-written backward equals the cotangents taken one by one, w.r.t. H and q."""
+    icub.set_frame_velocity_representation(MIXED)
+    B, n = frame_transform_grad.FROM, icub.NDoF
+    g = torch.Generator().manual_seed(5)
+    H = torch.eye(4, dtype=torch.float64) + 0.1 * torch.randn(B, 4, 4, generator=g, dtype=torch.float64)
+    q = torch.randn(B, n, generator=g, dtype=torch.float64)
+    if name == "jacobian":
+        module, node, call = jacobian_grad, JAC, lambda kd, H, q: kd.jacobian("l_sole", H, q)
+        inputs = (q.requires_grad_(True),)
+    else:
+        module, node, call = PATHS[name]
+        inputs = (H.requires_grad_(True), q.requires_grad_(True))
+    out = call(icub, H, q)
+    assert node in graph_names(out)
+    V = torch.randn(3, *out.shape, generator=g, dtype=torch.float64)
+    batched = torch.autograd.grad(out, inputs, V, retain_graph=True, is_grads_batched=True)
+    for i in range(3):
+        one = torch.autograd.grad(out, inputs, V[i], retain_graph=True)
+        for a, b in zip(batched, one):
+            torch.testing.assert_close(a[i], b, rtol=1e-12, atol=1e-12)

@@ -25,7 +25,8 @@ from .model import Model, load_urdf
 from .algorithms import placement
 from .algorithms.batchlast import DENSE_BELOW, batch_last_grad, to_batch_first, writes_into_buffers
 from .algorithms import (
-    center_of_mass_grad, forward_dynamics, frame_transform_grad, frame_twists, jacobian_base, link_frames,
+    center_of_mass_grad, forward_dynamics, frame_transform_grad, frame_twists, jacobian_base, jacobian_grad,
+    link_frames,
 )
 from .chunking import in_chunks, needs_grad
 from .inference import call_in_inference_mode, normal_tensors, result_buffer
@@ -508,6 +509,11 @@ class KinDynComputations:
         q = a["joint_positions"].transpose(0, 1)  # (n, B), a view
         if frame_twists.applies(model, frame, q):  # eager batches: the chain's joints in groups
             (R, pB), rep = self._base_pose(a), self._rep
+            if rep == rep_.MIXED and jacobian_grad.applies(model, frame, a["base_transform"], a["joint_positions"]):
+                def place(chain, cols, origin):  # (a backward by the twists' running sums)
+                    return self._chain_scatter(model, chain, jacobian_base.mixed(origin), cols)
+                J = jacobian_grad.mixed_jacobian(model, frame, R, a["joint_positions"], place)
+                return J.reshape(*bs, *J.shape[1:])
             chain, cols, origin, RF = frame_twists.frame_twists(
                 model, R, q, frame, about=pB.neg() if rep == rep_.INERTIAL else None, rotation=rep == rep_.BODY)
             return self._out(self._jacobian_in_rep(model, chain, cols, origin, RF, R), bs)

@@ -81,17 +81,18 @@ def writes_into_buffers(*tensors) -> bool:
             and all(plain(t) for t in tensors) and not has_tangent(*tensors))
 
 
-def hand_written_backward(H: torch.Tensor, q: torch.Tensor, batch_from: int, parameters=()) -> bool:
-    """Whether a pose-like output of ``H`` (B, 4, 4) and ``q`` (B, n) takes its autograd
-    Function with a hand-written backward (``frame_transform_grad``,
-    ``center_of_mass_grad``): eager, a batch of at least ``batch_from``, a gradient
-    wanted from ``q`` (and maybe ``H``), plain tensors (not in a ``torch.func``
-    transform) without forward-mode tangents, and model ``parameters`` that need no
-    gradient (the Function does not differentiate them)."""
-    if (torch.compiler.is_compiling() or H.shape[0] < batch_from or not torch.is_grad_enabled()
-            or not q.requires_grad):
+def hand_written_backward(H: torch.Tensor, q: torch.Tensor, batch_from: int, parameters) -> bool:
+    """Whether an output of ``H`` (B, 4, 4) and ``q`` (B, n) takes its autograd Function
+    with a hand-written backward (``frame_transform_grad``, ``center_of_mass_grad``,
+    ``jacobian_grad``): eager, a batch of at least ``batch_from``, a gradient wanted from
+    ``q``, plain tensors (not in a ``torch.func`` transform) without forward-mode
+    tangents, and the model parameters ``parameters()`` (a callable, asked only when
+    the rest holds: calls without gradients decide cheaply) that need no gradient (the
+    Function does not differentiate them)."""
+    if (not torch.is_grad_enabled() or not q.requires_grad or torch.compiler.is_compiling()
+            or H.shape[0] < batch_from):
         return False
-    return plain(H) and plain(q) and not has_tangent(H, q) and not any(t.requires_grad for t in parameters)
+    return plain(H) and plain(q) and not has_tangent(H, q) and not any(t.requires_grad for t in parameters())
 
 
 DENSE_BELOW = 96

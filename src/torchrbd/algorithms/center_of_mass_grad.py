@@ -35,8 +35,8 @@ def applies(model: Model, H: torch.Tensor, q: torch.Tensor) -> bool:
     """Whether :func:`com` serves ``H`` (B, 4, 4) and ``q`` (B, n):
     :func:`~.batchlast.hand_written_backward` from :data:`FROM` configurations on, with
     the joints' placements and the links' inertial parameters without gradient."""
-    links = (model.link_mass, model.link_com, model.link_pos, model.link_rot)
-    return hand_written_backward(H, q, FROM, (*_placements(model), *links))
+    return hand_written_backward(H, q, FROM, lambda: (*_placements(model), model.link_mass, model.link_com,
+                                                      model.link_pos, model.link_rot))
 
 
 def com(model: Model, H: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -76,9 +76,8 @@ class _CenterOfMass(torch.autograd.Function):
             return None, next(grads) if need_H else None, next(grads) if need_q else None
         grad_H = grad_q = None
         if need_H:
-            grad_H = torch.zeros_like(H)
-            grad_H[:, :3, :3] = g[:, :, None] * c.t()[:, None]
-            grad_H[:, :3, 3] = g
+            rows = torch.cat([g[:, :, None] * c.t()[:, None], g[:, :, None]], 2)  # g [c^T | 1]
+            grad_H = torch.cat([rows, H.new_zeros(H.shape[0], 1, 4)], 1)
         if need_q:
             g_base = mtv(base[:, :3], g.t())  # R_B^T g (3, B)
             v, w = halves(S)  # (n, 3, B) each

@@ -40,8 +40,8 @@ def applies(model: Model, frame: str, H: torch.Tensor, q: torch.Tensor) -> bool:
     """Whether :func:`frame_transform` serves ``H`` (B, 4, 4) and ``q`` (B, n): a frame
     below the base, and :func:`~.batchlast.hand_written_backward` from :data:`FROM`
     configurations on, with the joints' and the frame's placements without gradient."""
-    body, rot, pos = model.frame(frame)
-    return body > 0 and hand_written_backward(H, q, FROM, (*_placements(model), rot, pos))
+    return (hand_written_backward(H, q, FROM, lambda: (*_placements(model), *model.frame(frame)[1:]))
+            and model.frame(frame)[0] > 0)
 
 
 def frame_transform(model: Model, H: torch.Tensor, q: torch.Tensor, frame: str) -> torch.Tensor:
@@ -78,12 +78,10 @@ class _FrameTransform(torch.autograd.Function):
             grad_R = columns[0, :, None] * relative[None, :, 0]  # sum over the columns c of G_c [R | r]_c^T
             for c in range(1, 4):
                 grad_R.addcmul_(columns[c, :, None], relative[None, :, c])
-            grad_H = torch.zeros_like(H)
-            grad_H[:, :3, :3] = grad_R.permute(2, 0, 1)
-            grad_H[:, :3, 3] = G[:, :3, 3]
+            grad_H = torch.cat([torch.cat([grad_R.permute(2, 0, 1), G[:, :3, 3:]], 2), H.new_zeros(H.shape[0], 1, 4)], 1)
         if need_q:
             local = mtv(base[None, :, :3], columns)  # R_B^T G by columns (4, 3, B): G_R's, then G_r
             tau = cross(relative.transpose(0, 1)[:3], local[:3]).sum(0)  # sum_k R[:, k] x G_R[:, k]
             per_joint = (twists[:, :3] * local[3]).sum(1) + (twists[:, 3:] * tau).sum(1)  # (k, B)
-            grad_q = torch.zeros_like(q).index_copy_(1, ctx.dofs, per_joint.t())
+            grad_q = torch.zeros_like(q).index_copy(1, ctx.dofs, per_joint.t())
         return None, None, grad_H, grad_q
