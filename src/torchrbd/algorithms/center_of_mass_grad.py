@@ -55,12 +55,12 @@ class _CenterOfMass(torch.autograd.Function):
     @staticmethod
     def forward(ctx, model, H, q):
         kin = _relative(model, q, subspaces=True)
-        M, moments = subtree_moments(model, kin)  # (1+n,), (1+n, 3, B): the whole robot's first
+        M, moments = subtree_moments(model, kin)  # (1+n,), (1+n, 3, B): the whole robot's, then each subtree's
         c = moments[0] / M[0]  # (3, B)
         base = H[:, :3].permute(1, 2, 0).contiguous()  # (3, 4, B)
         ctx.model = model
         ctx.save_for_backward(H, q, dof_subspaces(model, kin), M, moments, c, base)
-        return (mv(base[:, :3], c) + base[:, 3]).t()
+        return (mv(base[:, :3], c) + base[:, 3]).t().contiguous()  # batch-first, as every result
 
     @staticmethod
     def backward(ctx, g):

@@ -61,14 +61,14 @@ def frame_twists(model: Model, base_R: torch.Tensor | None, q: torch.Tensor, fra
     for i, y in enumerate(Y):
         if R is None:  # the first group starts at the base itself: its columns as they are
             out = world[i].copy_(y) if in_place else y
-        elif in_place:  # R y + p for the columns that are points
+        else:  # R y + p for the columns that are points
             rows = pieces(y, 1)
-            out = torch.mul(R[0], rows[0], out=world[i]).addcmul_(R[1], rows[1]).addcmul_(R[2], rows[2])
-            out = out if p is None else out.addcmul_(p, is_point)
-        else:
-            rows = pieces(y, 1)
-            out = R[0] * rows[0] + R[1] * rows[1] + R[2] * rows[2]
-            out = out if p is None else out + p * is_point
+            if in_place:
+                out = torch.mul(R[0], rows[0], out=world[i]).addcmul_(R[1], rows[1]).addcmul_(R[2], rows[2])
+                out = out if p is None else out.addcmul_(p, is_point)
+            else:
+                out = R[0] * rows[0] + R[1] * rows[1] + R[2] * rows[2]
+                out = out if p is None else out + p * is_point
         if not in_place:
             world.append(out)
         *R, p = pieces(out[c - 4:], 0)

@@ -11,7 +11,7 @@ turns what lies beyond it and moves the frame's origin by ``l_j``, so
 
 For a cotangent ``G`` (chain columns ``[G_l; G_w]``, base block's upper right ``G_b``)
 joint j then receives ``s_j . sum_{k > j} (l_k x G_l,k + s_k x G_w,k) + l_j .
-(sum_{k <= j} G_l,k x s_k + t)``, ``t`` the axial vector of ``G_b - G_b^T``: two running
+(sum_{k <= j} G_l,k x s_k + t)``, ``t`` the axial vector of ``G_b^T - G_b``: two running
 sums along the chain, where autograd differentiates the groups' products and
 compositions operator by operator. The world axes come from the base's rotation, so
 the rule holds for base transforms whose rotation part is a rotation (the Jacobian's
