@@ -1,4 +1,4 @@
-"""``forward_kinematics``, ``CoM_position`` and the MIXED ``jacobian`` with gradients
+"""``forward_kinematics``, ``CoM_position`` and the MIXED and INERTIAL ``jacobian`` with gradients
 through their hand-written backwards (algorithms/frame_transform_grad.py: the chain's
 joint twists dotted with the cotangent; algorithms/center_of_mass_grad.py: the
 coordinates' motion subspaces and subtree moments; algorithms/jacobian_grad.py: running
@@ -15,11 +15,11 @@ from torch.autograd import gradcheck, gradgradcheck
 import torchrbd
 from torchrbd.algorithms import center_of_mass_grad, frame_transform_grad, jacobian_grad
 from conftest import SEED_JOINTS, graph_names, icub_path
-from pin_reference import MIXED, skew
+from pin_reference import INERTIAL, MIXED, skew
 from test_kinematics import close, sample
 
 t = torch.tensor
-FK, COM, JAC = "_FrameTransformBackward", "_CenterOfMassBackward", "_MixedJacobianBackward"
+FK, COM, JAC = "_FrameTransformBackward", "_CenterOfMassBackward", "_FrameJacobianBackward"
 
 PATHS = {  # name: (module, its Function's node, call(kd, H, q))
     "forward_kinematics": (frame_transform_grad, FK, lambda kd, H, q: kd.forward_kinematics("l_sole", H, q)),
@@ -159,30 +159,35 @@ def test_forward_kinematics_below_the_threshold_and_on_the_base(icub):
     assert FK not in graph_names(icub.forward_kinematics("root_link", H, q))
 
 
-def test_jacobian_gradient_matches_pinocchio_jacobian_rate(robot, rng):
-    """Every frame below the base of every robot, MIXED: with the base at rest, the
-    gradient of ``sum(W * J)`` w.r.t. q, dotted with joint velocities ``qd``, is
-    ``sum(W * dJ/dt)`` with Pinocchio's frame Jacobian time variation."""
-    robot.kd.set_frame_velocity_representation(MIXED)
+@pytest.mark.parametrize("rep", [MIXED, INERTIAL], ids=["MIXED", "INERTIAL"])
+def test_jacobian_gradient_matches_pinocchio_jacobian_rate(robot, rng, rep):
+    """Every frame below the base of every robot, MIXED and INERTIAL_FIXED: with the base
+    at rest, the gradient of ``sum(W * J)`` w.r.t. q, dotted with joint velocities
+    ``qd``, is ``sum(W * dJ/dt)`` with Pinocchio's frame Jacobian time variation."""
     B = 5
     Hs, q, _, qd = sample(robot, rng, B)
     W = rng.normal(size=(B, 6, 6 + robot.n))
-    for frame in [f for f in robot.frames if robot.kd.model.frame(f)[0] > 0]:
-        qg = t(q).requires_grad_(True)
-        J = robot.kd.jacobian(frame, t(Hs), qg)
-        assert JAC in graph_names(J)
-        (grad,) = torch.autograd.grad((J * t(W)).sum(), qg)
-        for b in range(B):
-            close(J[b], robot.pin.jacobian(MIXED, frame, Hs[b], q[b]))
-            rate = robot.pin.jacobian_dot(MIXED, frame, Hs[b], q[b], np.zeros(6), qd[b])
-            close((grad[b] * t(qd[b])).sum(), (W[b] * rate).sum())
+    robot.kd.set_frame_velocity_representation(rep)
+    try:
+        for frame in [f for f in robot.frames if robot.kd.model.frame(f)[0] > 0]:
+            qg = t(q).requires_grad_(True)
+            J = robot.kd.jacobian(frame, t(Hs), qg)
+            assert JAC in graph_names(J)
+            (grad,) = torch.autograd.grad((J * t(W)).sum(), qg)
+            for b in range(B):
+                close(J[b], robot.pin.jacobian(rep, frame, Hs[b], q[b]))
+                rate = robot.pin.jacobian_dot(rep, frame, Hs[b], q[b], np.zeros(6), qd[b])
+                close((grad[b] * t(qd[b])).sum(), (W[b] * rate).sum())
+    finally:
+        robot.kd.set_frame_velocity_representation(MIXED)
 
 
-def test_jacobian_gradient_matches_finite_differences_and_autograd(icub, monkeypatch):
+@pytest.mark.parametrize("rep", [MIXED, INERTIAL], ids=["MIXED", "INERTIAL"])
+def test_jacobian_gradient_matches_finite_differences_and_autograd(icub, monkeypatch, rep):
     """Rigid base poses, a long batch: the directional derivative w.r.t. q matches central
     differences, and value and gradient match autograd through the operators; gradcheck
     and gradgradcheck at a short batch."""
-    icub.set_frame_velocity_representation(MIXED)
+    icub.set_frame_velocity_representation(rep)
     B, n = 96, icub.NDoF
     g = torch.Generator().manual_seed(4)
     axis = torch.nn.functional.normalize(torch.randn(B, 3, generator=g, dtype=torch.float64), dim=-1)
@@ -211,12 +216,13 @@ def test_jacobian_gradient_matches_finite_differences_and_autograd(icub, monkeyp
     qs = q[:2].clone().requires_grad_(True)
     assert gradcheck(lambda x: icub.jacobian("l_sole", H[:2], x), (qs,))
     assert gradgradcheck(lambda x: icub.jacobian("l_sole", H[:2], x), (qs,))
+    icub.set_frame_velocity_representation(MIXED)
 
 
-def test_jacobian_path_is_taken_in_mixed_only(icub):
-    """The MIXED Jacobian with q requiring grad, from two configurations on; not one
-    configuration, not the other representations, not a gradient wanted from the base
-    transform, not while a joint placement needs grad, not inside torch.func."""
+def test_jacobian_path_is_taken_where_it_applies(icub):
+    """The MIXED and INERTIAL_FIXED Jacobians with q requiring grad, from two
+    configurations on; not BODY_FIXED, not one configuration, not a gradient wanted from
+    the base transform, not while a joint placement needs grad, not inside torch.func."""
     B, n = 4, icub.NDoF
     H = torch.eye(4, dtype=torch.float64).expand(B, 4, 4)
     q = torch.zeros(B, n, dtype=torch.float64)
@@ -224,7 +230,7 @@ def test_jacobian_path_is_taken_in_mixed_only(icub):
     try:
         for rep in torchrbd.Representations:
             icub.set_frame_velocity_representation(rep)
-            assert (JAC in graph_names(icub.jacobian("l_sole", H, qg))) == (rep == MIXED)
+            assert (JAC in graph_names(icub.jacobian("l_sole", H, qg))) == (rep in (MIXED, INERTIAL))
         icub.set_frame_velocity_representation(MIXED)
         assert JAC not in graph_names(icub.jacobian("l_sole", H[:1], qg[:1]))
         assert JAC not in graph_names(icub.jacobian("l_sole", H.clone().requires_grad_(True), qg))
