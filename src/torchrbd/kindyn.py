@@ -509,15 +509,13 @@ class KinDynComputations:
         q = a["joint_positions"].transpose(0, 1)  # (n, B), a view
         if frame_twists.applies(model, frame, q):  # eager batches: the chain's joints in groups
             (R, pB), rep = self._base_pose(a), self._rep
+            about = pB.neg() if rep == rep_.INERTIAL else None
             if rep != rep_.BODY and jacobian_grad.applies(model, frame, a["base_transform"], a["joint_positions"]):
                 def place(chain, cols, origin):  # (a backward by the twists' running sums)
-                    base = jacobian_base.identity(cols) if rep == rep_.INERTIAL else jacobian_base.mixed(origin)
-                    return self._chain_scatter(model, chain, base, cols)
-                about = pB.neg() if rep == rep_.INERTIAL else None
+                    return self._jacobian_in_rep(model, chain, cols, origin, None, R)
                 J = jacobian_grad.frame_jacobian(model, frame, R, a["joint_positions"], place, about)
                 return J.reshape(*bs, *J.shape[1:])
-            chain, cols, origin, RF = frame_twists.frame_twists(
-                model, R, q, frame, about=pB.neg() if rep == rep_.INERTIAL else None, rotation=rep == rep_.BODY)
+            chain, cols, origin, RF = frame_twists.frame_twists(model, R, q, frame, about=about, rotation=rep == rep_.BODY)
             return self._out(self._jacobian_in_rep(model, chain, cols, origin, RF, R), bs)
         kin, R, p = self._state(model, a, frame, subspaces=False)  # (made about the point the representation takes)
         return self._out(self._frame_jacobian(model, kin, R, p, frame), bs)

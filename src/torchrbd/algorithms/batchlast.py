@@ -95,6 +95,19 @@ def hand_written_backward(H: torch.Tensor, q: torch.Tensor, batch_from: int, par
     return plain(H) and plain(q) and not has_tangent(H, q) and not any(t.requires_grad for t in parameters())
 
 
+
+def differentiated_again(make, inputs: tuple, needs: tuple, cotangent: torch.Tensor) -> list:
+    """The backward of those Functions under ``create_graph``: ``make()`` recomputed
+    operator by operator inside the graph and differentiated w.r.t. the ``inputs``
+    whose entry of ``needs`` is set (None for the others), so that second derivatives
+    are exact."""
+    wanted = [x for x, need in zip(inputs, needs) if need]
+    with torch.enable_grad():
+        out = make()
+    grads = iter(torch.autograd.grad(out, wanted, cotangent, create_graph=True, allow_unused=True))
+    return [next(grads) if need else None for need in needs]
+
+
 DENSE_BELOW = 96
 """Batches shorter than this (eager) multiply spatial inertias and cross products as
 dense 6x6 matrices (:func:`dense_products`); longer ones component by component, into

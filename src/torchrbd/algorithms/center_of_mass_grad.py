@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from ..model.model import Model
-from .batchlast import cross, halves, hand_written_backward, mtv, mv
+from .batchlast import cross, differentiated_again, halves, hand_written_backward, mtv, mv
 from .inertia import center_of_mass, subtree_moments
 from .kinematics import _placements, dof_subspaces, forward
 
@@ -67,13 +67,10 @@ class _CenterOfMass(torch.autograd.Function):
         H, q, S, M, moments, c, base = ctx.saved_tensors
         need_H, need_q = ctx.needs_input_grad[1:]
         if torch.is_grad_enabled():  # create_graph: the operator-by-operator path, differentiated
-            inputs = [x for x, need in ((H, need_H), (q, need_q)) if need]
-            with torch.enable_grad():
-                kin = _relative(ctx.model, q, subspaces=False)
-                c_rel = center_of_mass(ctx.model, kin)[0]
-                out = (H[:, :3, :3] @ c_rel.t()[..., None])[..., 0] + H[:, :3, 3]
-            grads = iter(torch.autograd.grad(out, inputs, g, create_graph=True, allow_unused=True))
-            return None, next(grads) if need_H else None, next(grads) if need_q else None
+            def com_again():
+                c_rel = center_of_mass(ctx.model, _relative(ctx.model, q, subspaces=False))[0]
+                return (H[:, :3, :3] @ c_rel.t()[..., None])[..., 0] + H[:, :3, 3]
+            return None, *differentiated_again(com_again, (H, q), (need_H, need_q), g)
         grad_H = grad_q = None
         if need_H:
             rows = torch.cat([g[:, :, None] * c.t()[:, None], g[:, :, None]], 2)  # g [c^T | 1]

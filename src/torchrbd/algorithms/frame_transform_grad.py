@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from ..model.model import Model
-from .batchlast import cross, hand_written_backward, mtv
+from .batchlast import cross, differentiated_again, hand_written_backward, mtv
 from .frame_twists import frame_twists
 from .kinematics import _compose, _placements, frame_transforms
 
@@ -36,11 +36,13 @@ iCub, float64, B = 1024 0.73-0.75x the time (float32 0.74x), 256 0.70-0.72x, 96
 128 0.85-0.86x."""
 
 
-def applies(model: Model, frame: str, H: torch.Tensor, q: torch.Tensor) -> bool:
+def applies(model: Model, frame: str, H: torch.Tensor, q: torch.Tensor, batch_from: int | None = None) -> bool:
     """Whether :func:`frame_transform` serves ``H`` (B, 4, 4) and ``q`` (B, n): a frame
-    below the base, and :func:`~.batchlast.hand_written_backward` from :data:`FROM`
-    configurations on, with the joints' and the frame's placements without gradient."""
-    return (hand_written_backward(H, q, FROM, lambda: (*_placements(model), *model.frame(frame)[1:]))
+    below the base, and :func:`~.batchlast.hand_written_backward` from ``batch_from``
+    (default :data:`FROM`) configurations on, with the joints' and the frame's
+    placements without gradient (also the condition of ``jacobian_grad``)."""
+    return (hand_written_backward(H, q, FROM if batch_from is None else batch_from,
+                                  lambda: (*_placements(model), *model.frame(frame)[1:]))
             and model.frame(frame)[0] > 0)
 
 
@@ -67,11 +69,8 @@ class _FrameTransform(torch.autograd.Function):
         H, q, twists, relative, base = ctx.saved_tensors
         need_H, need_q = ctx.needs_input_grad[2:]
         if torch.is_grad_enabled():  # create_graph: the operator-by-operator path, differentiated
-            inputs = [x for x, need in ((H, need_H), (q, need_q)) if need]
-            with torch.enable_grad():
-                pose = frame_transforms(ctx.model, H, q, ctx.frame)
-            grads = iter(torch.autograd.grad(pose, inputs, G, create_graph=True, allow_unused=True))
-            return None, None, next(grads) if need_H else None, next(grads) if need_q else None
+            return None, None, *differentiated_again(lambda: frame_transforms(ctx.model, H, q, ctx.frame),
+                                                     (H, q), (need_H, need_q), G)
         grad_H = grad_q = None
         columns = G[:, :3].permute(2, 1, 0).contiguous()  # (4, 3, B): the cotangent's columns
         if need_H:  # d/d[R_B | p_B] of R_B [R | r] + [0 | p_B]: G [R | r]^T, and G_r

@@ -30,9 +30,9 @@ from __future__ import annotations
 import torch
 
 from ..model.model import Model
-from .batchlast import cross, hand_written_backward
+from . import frame_transform_grad
+from .batchlast import cross, differentiated_again
 from .frame_twists import frame_twists
-from .kinematics import _placements
 
 FROM = 2
 """The smallest batch that takes :func:`frame_jacobian` (the chain's groups of
@@ -40,12 +40,10 @@ FROM = 2
 
 
 def applies(model: Model, frame: str, H: torch.Tensor, q: torch.Tensor) -> bool:
-    """Whether :func:`frame_jacobian` serves ``H`` (B, 4, 4) and ``q`` (B, n): a frame
-    below the base, a base transform without gradient, and
-    :func:`~.batchlast.hand_written_backward` from :data:`FROM` configurations on, with
-    the joints' and the frame's placements without gradient."""
-    return (hand_written_backward(H, q, FROM, lambda: (*_placements(model), *model.frame(frame)[1:]))
-            and not H.requires_grad and model.frame(frame)[0] > 0)
+    """Whether :func:`frame_jacobian` serves ``H`` (B, 4, 4) and ``q`` (B, n): a base
+    transform without gradient, and the frame pose's condition
+    (:func:`~.frame_transform_grad.applies`) from :data:`FROM` configurations on."""
+    return not H.requires_grad and frame_transform_grad.applies(model, frame, H, q, FROM)
 
 
 def frame_jacobian(model: Model, frame: str, R: torch.Tensor, q: torch.Tensor, place,
@@ -70,10 +68,10 @@ class _FrameJacobian(torch.autograd.Function):
     def backward(ctx, G):
         R, q, twists, about = ctx.saved_tensors
         if torch.is_grad_enabled():  # create_graph: the operator-by-operator path, differentiated
-            with torch.enable_grad():
+            def jacobian_again():
                 chain, cols, origin, _ = frame_twists(ctx.model, R, q.t(), ctx.frame, about=about)
-                J = ctx.place(chain, cols, origin).permute(2, 0, 1)
-            return None, None, None, torch.autograd.grad(J, q, G, create_graph=True)[0], None, None
+                return ctx.place(chain, cols, origin).permute(2, 0, 1)
+            return None, None, None, *differentiated_again(jacobian_again, (q,), (True,), G), None, None
         columns = G.index_select(2, ctx.dofs + 6).permute(2, 1, 0).contiguous()  # (k, 6, B)
         G_l, G_w = columns[:, :3], columns[:, 3:]
         l, s = twists[:, :3], twists[:, 3:]
