@@ -95,7 +95,6 @@ def hand_written_backward(H: torch.Tensor, q: torch.Tensor, batch_from: int, par
     return plain(H) and plain(q) and not has_tangent(H, q) and not any(t.requires_grad for t in parameters())
 
 
-
 def differentiated_again(make, inputs: tuple, needs: tuple, cotangent: torch.Tensor) -> list:
     """The backward of those Functions under ``create_graph``: ``make()`` recomputed
     operator by operator inside the graph and differentiated w.r.t. the ``inputs``
