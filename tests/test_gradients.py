@@ -428,12 +428,16 @@ def test_spd_solve_gradients_to_second_order():
     assert torch.autograd.gradgradcheck(f, (A, b))
 
 
-def test_aba_backward_works_on_the_crba_pieces_to_second_order(kd):
-    """With gradients, aba's dense path solves through ``crba_solve``, whose backward
-    maps the gradient straight to the CRBA's pieces with masked sums (no (B, N, N)
-    gradient of M, no backward of the placement gather): the graph holds that
-    Function and no gather, and first and second derivatives w.r.t. the joint
-    positions, velocities and torques match finite differences."""
+def test_aba_backward_works_on_the_crba_pieces_to_second_order(kd, monkeypatch):
+    """aba's CRBA path with gradients (what the implicit rule's second derivatives
+    recompute inside the graph; taken here for first derivatives too) solves through
+    ``crba_solve``, whose backward maps the gradient straight to the CRBA's pieces with
+    masked sums (no (B, N, N) gradient of M, no backward of the placement gather): the
+    graph holds that Function and no gather, and first and second derivatives w.r.t.
+    the joint positions, velocities and torques match finite differences."""
+    from torchrbd.algorithms import forward_dynamics
+
+    monkeypatch.setattr(forward_dynamics, "implicit_backward", lambda *tensors: False)
     kd.set_frame_velocity_representation(MIXED)
     x = state(kd.NDoF, seed=3)
     H = pose(_rot(np.random.default_rng(9)), x["r"], x["p"]).expand(2, 4, 4)
