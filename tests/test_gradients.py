@@ -521,15 +521,18 @@ def test_rnea_adjoint_sweep_to_second_order(kd, B):
 
 
 @pytest.mark.parametrize("name", ["grad_bot", "humanoid"])
-def test_body_poses_reverse_sweep_to_second_order(name):
-    """With gradients, a batch's body poses compose into one buffer and their backward
-    is the reverse sweep of ``kinematics._PoseRows`` (parents' rows added by slice, by
-    one row for siblings, or by index); first and second derivatives w.r.t. the base
-    pose and the joint positions against finite differences."""
+@pytest.mark.parametrize("B", [3, DENSE_BELOW])
+def test_body_poses_backward_to_second_order(name, B):
+    """With gradients, a batch's body poses take a Function with a hand-written
+    backward: short batches ``kinematics._ShortPoseRows`` (base-relative poses by
+    pointer jumping; the backward one product with the subtree mask), longer ones
+    ``kinematics._PoseRows`` (one buffer; the backward a reverse sweep, parents' rows
+    added by slice, by one row for siblings, or by index). First and second derivatives
+    w.r.t. the base pose (any 3x3 block, in the finite differences' directions) and the
+    joint positions against finite differences."""
     from torchrbd.algorithms import kinematics
 
     model = (torchrbd.KinDynComputations(URDF) if name == "grad_bot" else torchrbd.models.load("humanoid")).model
-    B = 3
     g = torch.Generator().manual_seed(0)
     R = _rot(np.random.default_rng(3))[..., None].expand(3, 3, B).contiguous().requires_grad_()
     p = torch.randn(3, B, dtype=torch.float64, generator=g, requires_grad=True)
@@ -538,7 +541,8 @@ def test_body_poses_reverse_sweep_to_second_order(name):
     def f(R, p, q):
         return kinematics.body_pose_rows(model, R, p, q)
 
-    assert "_PoseRowsBackward" in graph_names(f(R, p, q))
+    node = "_ShortPoseRowsBackward" if B < DENSE_BELOW else "_PoseRowsBackward"
+    assert node in graph_names(f(R, p, q))
     assert gradcheck(f, (R, p, q), fast_mode=True)
     assert torch.autograd.gradgradcheck(f, (R, p, q), fast_mode=True)
 
