@@ -98,6 +98,19 @@ def load_example(name: str) -> dict:
     return runpy.run_path(str(EXAMPLES / f"{name}.py"), run_name=name)
 
 
+def sweep_at_every_batch(monkeypatch) -> list:
+    """Let ``aba`` take the articulated-body sweep at every batch size, with and without
+    gradients (by default only from ``articulated.sweep_from(model, gradients)``
+    configurations on); returns the list into which each sweep appends its batch."""
+    from torchrbd.algorithms import articulated
+
+    calls, original = [], articulated.sweep
+    for name in ("FROM", "CHAIN_FROM", "CHAIN_GRADIENTS_FROM"):
+        monkeypatch.setattr(articulated, name, 1)
+    monkeypatch.setattr(articulated, "sweep", lambda *args: calls.append(args[-1].shape[-1]) or original(*args))
+    return calls
+
+
 def graph_names(t) -> set:
     """Names of the autograd nodes behind the tensor ``t``."""
     names, stack, seen = set(), [t.grad_fn], set()

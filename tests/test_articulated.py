@@ -13,7 +13,7 @@ from torchrbd.algorithms import articulated
 from pin_reference import REPRESENTATIONS, PinRobot, pin_robot_of
 from random_trees import random_state, tree_from_rng
 from test_kinematics import close, sample
-from conftest import MASSLESS_JOINT_URDF, graph_names
+from conftest import MASSLESS_JOINT_URDF, graph_names, sweep_at_every_batch
 from test_mujoco_dynamics import WALKER, Twin
 
 t = torch.tensor
@@ -31,8 +31,7 @@ def sweeps(monkeypatch):
         return original(*args)
 
     monkeypatch.setattr(articulated, "articulated_body", counted)
-    monkeypatch.setattr(articulated, "FROM", 1)
-    monkeypatch.setattr(articulated, "CHAIN_FROM", 1)
+    sweep_at_every_batch(monkeypatch)
     return calls
 
 
@@ -85,16 +84,19 @@ def test_large_batches_take_the_sweep_by_default(rng):
 def test_chains_take_the_sweep_from_a_longer_batch(rng):
     """A chain (the embedded 7-joint arm, one body per level) keeps the CRBA path at the
     branched trees' threshold and takes the sweep from ``CHAIN_FROM`` configurations
-    on, with and without gradients; its accelerations there match Pinocchio's."""
+    on without gradients, from ``CHAIN_GRADIENTS_FROM`` with them (the implicit
+    backward either way); its accelerations there match Pinocchio's."""
     kd = torchrbd.models.load("arm7")
     assert articulated.sweep_from(kd._model) == articulated.CHAIN_FROM > articulated.FROM
+    with_gradients = articulated.sweep_from(kd._model, gradients=True)
+    assert with_gradients == articulated.CHAIN_GRADIENTS_FROM > articulated.CHAIN_FROM
     pin = PinRobot(str(torchrbd.models.path("arm7", "urdf")), kd.joints_name_list)
     robot = type("R", (), {"n": kd.NDoF})
     taken = []  # the batch of each sweep
     original = articulated.sweep
     try:
         articulated.sweep = lambda *args: taken.append(args[-1].shape[-1]) or original(*args)
-        for B in (articulated.FROM, articulated.CHAIN_FROM):
+        for B in (articulated.FROM, articulated.CHAIN_FROM, articulated.CHAIN_GRADIENTS_FROM):
             Hs, q, nu, qd = sample(robot, rng, B)
             tau = rng.normal(size=(B, kd.NDoF))
             a = kd.aba(t(Hs), t(q), t(nu), t(qd), t(tau))
@@ -102,7 +104,8 @@ def test_chains_take_the_sweep_from_a_longer_batch(rng):
             assert "_ImplicitBackward" in graph_names(grad)
     finally:
         articulated.sweep = original
-    assert taken == [articulated.CHAIN_FROM] * 2  # without gradients, then inside the implicit Function
+    # without gradients from CHAIN_FROM on, then with them at CHAIN_GRADIENTS_FROM
+    assert taken == [articulated.CHAIN_FROM] + [articulated.CHAIN_GRADIENTS_FROM] * 2
     rep = REPRESENTATIONS[1]  # MIXED, the default
     for b in range(0, B, 37):
         close(a[b], pin.aba(rep, Hs[b], q[b], nu[b], qd[b], tau[b]), rtol=1e-8)

@@ -19,7 +19,7 @@ from torch.autograd import gradcheck
 import torchrbd
 import torchrbd.models
 from torchrbd.algorithms.batchlast import DENSE_BELOW
-from conftest import SEED_JOINTS, graph_names, icub_path
+from conftest import SEED_JOINTS, graph_names, icub_path, sweep_at_every_batch
 
 REPS = list(torchrbd.Representations)
 REP_IDS = [r.name for r in REPS]
@@ -163,11 +163,8 @@ def test_gradcheck_state(kd, name, rep):
 def sweep_with_gradients(monkeypatch):
     """aba through the articulated-body sweep with its implicit backward
     (``forward_dynamics._Implicit``) at every batch size, not only from
-    ``articulated.sweep_from(model)`` configurations on."""
-    from torchrbd.algorithms import articulated
-
-    monkeypatch.setattr(articulated, "FROM", 1)
-    monkeypatch.setattr(articulated, "CHAIN_FROM", 1)
+    ``articulated.sweep_from(model, gradients=True)`` configurations on; the sweeps' batches."""
+    return sweep_at_every_batch(monkeypatch)
 
 
 @pytest.mark.parametrize("rep", REPS, ids=REP_IDS)
@@ -179,6 +176,7 @@ def test_gradcheck_aba_on_the_sweep(kd, rep, sweep_with_gradients):
     H = pose(_rot(np.random.default_rng(5)), x["r"], x["p"])
     names = graph_names(kd.aba(H, x["q"].requires_grad_(), x["nu"], x["qd"], x["tau"]))
     assert "_ImplicitBackward" in names and "_CRBASolveBackward" not in names, names
+    assert sweep_with_gradients == [1]
     _gradcheck_state(kd, "aba", rep)
 
 
@@ -194,7 +192,7 @@ def test_gradcheck_aba_forces_alone_on_the_sweep(kd, sweep_with_gradients):
     def f(tau, w0):
         return kd.aba(H, x["q"], x["nu"], x["qd"], tau, external_wrenches={FRAMES[0]: w0})
 
-    assert "_ImplicitBackward" in graph_names(f(*inputs))
+    assert "_ImplicitBackward" in graph_names(f(*inputs)) and sweep_with_gradients == [1]
     assert gradcheck(f, inputs, eps=1e-6, atol=1e-6, rtol=1e-5)
 
 
@@ -209,8 +207,7 @@ def test_vectorized_jacobians_of_every_function(kd, path, monkeypatch):
     from torchrbd.algorithms import articulated
 
     if path == "sweep":
-        monkeypatch.setattr(articulated, "FROM", 1)
-        monkeypatch.setattr(articulated, "CHAIN_FROM", 1)
+        sweep_at_every_batch(monkeypatch)
     kd.set_frame_velocity_representation(MIXED)
     x0 = state(kd.NDoF, seed=8)
     H = pose(_rot(np.random.default_rng(8)), x0["r"], x0["p"]).expand(2, 4, 4)

@@ -268,15 +268,18 @@ def applies(model: Model, kin: Kinematics, inertia: SpatialInertia, *tensors) ->
     return all(plain(t) for t in tensors)
 
 
-def sweep_from(model: Model) -> int:
+def sweep_from(model: Model, gradients: bool = False) -> int:
     """The smallest batch that takes the sweep for ``model``: :data:`FROM` for a branched
     tree (at least :data:`BRANCHED` bodies per level besides the base, on average),
-    :data:`CHAIN_FROM` for chains and nearly chains. The sweep runs a fixed number of
-    operators per level, each over all of the level's bodies, where the CRBA path's
-    Cholesky solve costs the same per configuration whatever the tree's shape: wide
-    levels make the sweep's operators pay sooner."""
+    :data:`CHAIN_FROM` for chains and nearly chains (:data:`CHAIN_GRADIENTS_FROM` when
+    ``gradients`` are wanted). The sweep runs a fixed number of operators per level, each
+    over all of the level's bodies, where the CRBA path's Cholesky solve costs the same
+    per configuration whatever the tree's shape: wide levels make the sweep's operators
+    pay sooner."""
     levels = len(topology(model).levels)
-    return FROM if model.nbody - 1 >= BRANCHED * max(levels, 1) else CHAIN_FROM
+    if model.nbody - 1 >= BRANCHED * max(levels, 1):
+        return FROM
+    return CHAIN_GRADIENTS_FROM if gradients else CHAIN_FROM
 
 
 FROM = 96
@@ -300,6 +303,14 @@ per level). Chains gain little from it: the embedded 7-joint arm (one body per l
 took 1.10x / 1.03x the time at 96 configurations, 1.02x / 0.98x at 256, 1.01x / 1.02x
 at 1024; Panda (1.1 bodies per level) 1.08x / 1.04x at 96, 1.01x / 0.98x at 256; TIAGo
 (1.5) 0.94-1.04x from 96 to 1024."""
+
+CHAIN_GRADIENTS_FROM = 512
+""":data:`CHAIN_FROM` for ``aba`` with gradients, where both paths take the implicit
+backward (:mod:`.forward_dynamics`) and the dense factor's forward stays cheaper for
+longer: the sweep took (forward+backward, float64, 2 threads, interleaved) 1.08-1.09x
+the time for the 7-joint arm at 256 and 384 configurations, 0.99-1.01x at 512 and 1024;
+Panda 1.10x at 256, 1.04x at 384, 1.03x at 512, 0.99x at 1024. Branched trees keep
+:data:`FROM` (iCub 1.02x at 96, 0.98x at 128, 0.80x at 1024)."""
 
 BRANCHED = 2.0
 """Bodies per level (besides the base, on average) from which a tree counts as branched

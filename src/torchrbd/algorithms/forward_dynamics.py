@@ -4,10 +4,11 @@
 * Without gradients, eager, a batch of :func:`articulated.sweep_from` or more: the
   articulated-body sweep (:mod:`.articulated`) as it is.
 * With gradients (plain tensors without forward-mode tangents): :class:`_Implicit`,
-  whose backward differentiates the equations of motion implicitly. Its forward is, eager,
-  the sweep from :func:`articulated.sweep_from` configurations on and the CRBA, the RNEA
-  and LAPACK's Cholesky below; compiled, the CRBA and the tree-sparse factorisation of M
-  where it pays (:func:`~.tree_cholesky.pays_off`).
+  whose backward differentiates the equations of motion implicitly. Its forward is,
+  eager, the sweep from :func:`articulated.sweep_from` configurations on (with
+  ``gradients``: later in chains) and the CRBA, the RNEA and LAPACK's Cholesky below;
+  compiled, the CRBA and the tree-sparse factorisation of M where it pays
+  (:func:`~.tree_cholesky.pays_off`).
 * Otherwise (short batches without gradients, ``torch.func`` transforms, forward-mode
   tangents, compiled code without gradients or with short batches): the CRBA and the
   RNEA, then ``M^-1`` by a Cholesky factorisation (:func:`solve_mass_matrix`).
@@ -171,7 +172,7 @@ class _Implicit(torch.autograd.Function):
         if torch.compiler.is_compiling():
             ctx.method = "tree"
         else:
-            ctx.method = "sweep" if qd.shape[-1] >= articulated.sweep_from(model) else "dense"
+            ctx.method = "sweep" if qd.shape[-1] >= articulated.sweep_from(model, gradients=True) else "dense"
         acc, factor, velocity = _FACTORED[ctx.method](model, kin, inertia, V0, qd, force, gravity)
         A0 = acc[:6] - gravity
         # the RNEA's inputs that need a gradient (gravity through A0); none for the forces alone
