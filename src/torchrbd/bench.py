@@ -216,20 +216,25 @@ def torchrbd_cases(path, joints, frame, B, dtype, device, compile_=False, python
             "link_velocities": nograd(lambda: kd.link_velocities(H, q, nu, qd)),
             "forward_kinematics forward+backward": gradient(lambda x: kd.forward_kinematics(frame, H, x)),
             "CoM_position forward+backward": gradient(lambda x: kd.CoM_position(H, x)),
+            "rnea forward+backward": lambda: torch.autograd.grad(kd.rnea(H, qg, nu, qdg, nu, taug).sum(),
+                                                                 (qg, qdg, taug)),
         } if more else {}),
     }
 
 
 MORE = ("centroidal_momentum_matrix", "CoM_position", "CoM_jacobian", "jacobian_dot", "rnea", "link_poses",
-        "link_velocities", "forward_kinematics forward+backward", "CoM_position forward+backward")
+        "link_velocities", "forward_kinematics forward+backward", "CoM_position forward+backward",
+        "rnea forward+backward")
 """The quantities ``--more`` adds, with Pinocchio's loop over ``computeCentroidalMap``,
 ``centerOfMass``, ``jacobianCenterOfMass``, ``computeJointJacobiansTimeVariation`` +
 ``getFrameJacobianTimeVariation``, ``rnea`` and ``framesForwardKinematics`` (every frame's
 placement). ``link_velocities`` has no Pinocchio column: its frames' velocities take one
-Python call each (``getFrameVelocity``), which would time Python, not Pinocchio. The two
-gradients (the forward and the gradient of the outputs' sum w.r.t. the joint positions)
-stand next to what gives Pinocchio's user the same: the frame Jacobian with the pose
-(``computeFrameJacobian``), the CoM Jacobian with the CoM (``jacobianCenterOfMass``)."""
+Python call each (``getFrameVelocity``), which would time Python, not Pinocchio. The
+gradients (the forward and the gradient of the outputs' sum w.r.t. the joint positions,
+for ``rnea`` also w.r.t. the joint velocities and accelerations) stand next to what gives
+Pinocchio's user the same: the frame Jacobian with the pose (``computeFrameJacobian``),
+the CoM Jacobian with the CoM (``jacobianCenterOfMass``), the RNEA's derivatives
+(``computeRNEADerivatives``, as ``computeABADerivatives`` for aba)."""
 
 
 def pinocchio_cases(path, joints, frame, B, more=False):
@@ -282,6 +287,7 @@ def pinocchio_cases(path, joints, frame, B, more=False):
             "forward_kinematics forward+backward": loop(
                 lambda i: pin.computeFrameJacobian(model, data, qs[i], fid, pin.LOCAL_WORLD_ALIGNED)),
             "CoM_position forward+backward": loop(lambda i: pin.jacobianCenterOfMass(model, data, qs[i])),
+            "rnea forward+backward": loop(lambda i: pin.computeRNEADerivatives(model, data, qs[i], vs[i], ts[i])),
         } if more else {}),
     }, "Pinocchio " + pin.__version__
 
