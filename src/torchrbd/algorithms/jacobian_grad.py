@@ -34,9 +34,11 @@ from . import frame_transform_grad
 from .batchlast import cross, differentiated_again
 from .frame_twists import frame_twists
 
-FROM = 2
-"""The smallest batch that takes :func:`frame_jacobian` (the chain's groups of
-:func:`~.frame_twists.frame_twists` serve from 2 configurations on)."""
+FROM = 1
+"""The smallest batch that takes :func:`frame_jacobian`: every batch. Without gradients
+a batch of one composes the chain joint by joint (see ``frame_twists.FROM``); with them
+the chain's groups and this backward took 0.77x that path's time for iCub's l_sole at B =
+1 (forward+backward, in-process, interleaved)."""
 
 
 def applies(model: Model, frame: str, H: torch.Tensor, q: torch.Tensor) -> bool:
