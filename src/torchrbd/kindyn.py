@@ -507,14 +507,14 @@ class KinDynComputations:
         model, bs, a = self._inputs(base_transform=base_transform, joint_positions=joint_positions)
         model.frame(frame)
         q, rep = a["joint_positions"].transpose(0, 1), self._rep  # q (n, B), a view
-        with_rule = rep != rep_.BODY and jacobian_grad.applies(model, frame, a["base_transform"], a["joint_positions"])
+        with_rule = jacobian_grad.applies(model, frame, a["base_transform"], a["joint_positions"])
         if with_rule or frame_twists.applies(model, frame, q):  # eager batches: the chain's joints in groups
             R, pB = self._base_pose(a)
             about = pB.neg() if rep == rep_.INERTIAL else None
             if with_rule:
-                def place(chain, cols, origin):  # (a backward by the twists' running sums)
-                    return self._jacobian_in_rep(model, chain, cols, origin, None, R)
-                J = jacobian_grad.frame_jacobian(model, frame, R, a["joint_positions"], place, about)
+                def place(chain, cols, origin, RF):  # (a backward by the twists' running sums)
+                    return self._jacobian_in_rep(model, chain, cols, origin, RF, R)
+                J = jacobian_grad.frame_jacobian(model, frame, R, a["joint_positions"], place, about, rep == rep_.BODY)
                 return J.reshape(*bs, *J.shape[1:])
             chain, cols, origin, RF = frame_twists.frame_twists(model, R, q, frame, about=about, rotation=rep == rep_.BODY)
             return self._out(self._jacobian_in_rep(model, chain, cols, origin, RF, R), bs)
