@@ -526,7 +526,7 @@ def test_body_poses_backward_to_second_order(name, B):
     ``kinematics._PoseRows`` (one buffer; the backward a reverse sweep, parents' rows
     added by slice, by one row for siblings, or by index). First and second derivatives
     w.r.t. the base pose (any 3x3 block, in the finite differences' directions) and the
-    joint positions against finite differences."""
+    joint positions against finite differences; the backward under ``is_grads_batched``."""
     from torchrbd.algorithms import kinematics
 
     model = (torchrbd.KinDynComputations(URDF) if name == "grad_bot" else torchrbd.models.load("humanoid")).model
@@ -539,9 +539,16 @@ def test_body_poses_backward_to_second_order(name, B):
         return kinematics.body_pose_rows(model, R, p, q)
 
     node = "_ShortPoseRowsBackward" if B < DENSE_BELOW else "_PoseRowsBackward"
-    assert node in graph_names(f(R, p, q))
+    X = f(R, p, q)
+    assert node in graph_names(X)
     assert gradcheck(f, (R, p, q), fast_mode=True)
     assert torch.autograd.gradgradcheck(f, (R, p, q), fast_mode=True)
+    # the backward under vmap (is_grads_batched) equals the cotangents taken one by one
+    V = torch.randn(2, *X.shape, dtype=torch.float64, generator=g)
+    batched = torch.autograd.grad(X, (R, p, q), V, retain_graph=True, is_grads_batched=True)
+    for i in range(2):
+        for a, b in zip(batched, torch.autograd.grad(X, (R, p, q), V[i], retain_graph=True)):
+            torch.testing.assert_close(a[i], b, rtol=1e-12, atol=1e-12)
 
 
 def test_pose_composition_rules_to_second_order():

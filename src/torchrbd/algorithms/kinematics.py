@@ -341,7 +341,10 @@ class _PoseRows(torch.autograd.Function):
             grads = iter(torch.autograd.grad(again, wanted, G, create_graph=True))
             return (*(next(grads) if n else None for n in ctx.needs_input_grad[:2]), None)
         total = G.clone()
-        local_bar = torch.zeros_like(G)  # (local's shape; made from G so that batched backwards batch it)
+        # (local's shape; made from G so that batched backwards batch it). Every level
+        # writes its rows: only the base's, which no level holds, is zeroed
+        local_bar = torch.empty_like(G)
+        local_bar[0] = 0
         prev = [slice(0, 1)] + list(topo.levels[:-1])
         for rows, par, above in reversed(list(zip(topo.levels, topo.level_parent_pos, prev))):
             g, parents = total[rows], X[above][par]
