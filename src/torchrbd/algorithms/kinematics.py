@@ -367,8 +367,8 @@ class _ShortPoseRows(torch.autograd.Function):
     products; with ``Y_i^-T = [R_i, 0; -p_i^T R_i, 1]`` that is ``[(S_R - S_p p_i^T) R_i | S_p]``.
     Then ``Lbar_i = R_parent^T Ytot_i`` as in :class:`_PoseRows`, ``Ybar = A_0^T G``
     and ``X0bar = sum_i G_i Y_i^T`` (``X_0 = [A_0 | t_0]``, any matrix). Base-relative
-    poses keep the products free of the base's distance to the origin. iCub, B = 8,
-    forward+backward: 20-odd operators where the sweep took about 220."""
+    poses keep the products free of the base's distance to the origin. iCub, B = 8:
+    about 40 operators forward and 44 backward, where :class:`_PoseRows` took 69 and 220."""
 
     @staticmethod
     def forward(ctx, X0, local, model):
