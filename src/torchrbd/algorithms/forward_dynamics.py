@@ -27,12 +27,12 @@ from __future__ import annotations
 import torch
 
 from . import articulated, crba_solve, tree_cholesky
-from .batchlast import has_tangent, plain, to_batch_first, with_rules
+from .batchlast import differentiated_again, has_tangent, plain, to_batch_first, with_rules
 from .crba import assemble, mass_matrix_top
 from .inertia import SpatialInertia
 from .kinematics import Kinematics
 from .rnea import rnea_adjoint, rnea_from_terms, rnea_mixed, rnea_terms, velocity_terms
-from .solve import spd_solve
+from .solve import _SPDSolve, spd_solve
 from .topology import topology
 
 
@@ -120,8 +120,8 @@ def _dense_accelerations(model, kin: Kinematics, inertia: SpatialInertia, V0, qd
     tuple) and the RNEA's velocity terms. Raises ``torch.linalg.LinAlgError`` when M
     is not positive definite."""
     Mbb, F, S, h, velocity = _crba_and_bias(model, kin, inertia, V0, qd, gravity)
-    U = torch.linalg.cholesky(assemble(model, Mbb, F, S), upper=True)
-    return _dense_solve(U, force - h), (U,), velocity
+    acc, U = _SPDSolve.forward(assemble(model, Mbb, F, S), to_batch_first(force - h).unsqueeze(-1))
+    return acc.squeeze(-1).transpose(0, 1), (U,), velocity
 
 
 def _dense_solve(U: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -191,11 +191,10 @@ class _Implicit(torch.autograd.Function):
         inputs = (S, m, h, J, V0, qd, force, gravity, armature)
         need = ctx.needs_input_grad[1:]
         if torch.is_grad_enabled():  # double backward
-            with_graph = crba_accelerations(model, Kinematics(None, None, S), SpatialInertia(m, h, J), V0, qd, force,
-                                            gravity)
-            wanted = [x for x, n in zip(inputs, need) if n]
-            grads = iter(torch.autograd.grad(with_graph, wanted, abar, create_graph=True, allow_unused=True))
-            return None, *(next(grads) if n else None for n in need)
+            def with_graph():
+                return crba_accelerations(model, Kinematics(None, None, S), SpatialInertia(m, h, J), V0, qd, force,
+                                          gravity)
+            return None, *differentiated_again(with_graph, inputs, need, abar)
         # R = RNEA(acc) (+ armature qdd) - force, A0 = acc_base - gravity; cotangent -M^-1 abar
         y = _solve_again(model, S, ctx.method, factor, abar)
         qdd = acc[6:]

@@ -12,8 +12,8 @@ import torch
 from ..model.model import Model
 from ..spatial import skew
 from .batchlast import (
-    DENSE_BELOW, bilinear_function, const_lmatmul, const_matmul, cross, has_tangent, mask_sum, matmul, mm, mv,
-    one_configuration, pieces, plain, transpose, with_rules, writes_into_buffers,
+    DENSE_BELOW, bilinear_function, const_lmatmul, const_matmul, cross, differentiated_again, has_tangent, mask_sum,
+    matmul, mm, mv, one_configuration, pieces, plain, transpose, with_rules, writes_into_buffers,
 )
 from .topology import Chain, add_to_parents, chain, model_cached, model_cached_entry, topology
 
@@ -336,10 +336,9 @@ class _PoseRows(torch.autograd.Function):
         X0, local, X = ctx.saved_tensors
         topo = ctx.topo
         if torch.is_grad_enabled():  # double backward: the loop of compositions inside the graph
-            again = _compose_levels(topo, X0, local, _compose)
-            wanted = [x for x, n in zip((X0, local), ctx.needs_input_grad) if n]
-            grads = iter(torch.autograd.grad(again, wanted, G, create_graph=True))
-            return (*(next(grads) if n else None for n in ctx.needs_input_grad[:2]), None)
+            def again():
+                return _compose_levels(topo, X0, local, _compose)
+            return (*differentiated_again(again, (X0, local), ctx.needs_input_grad[:2], G), None)
         total = G.clone()
         # (local's shape; made from G so that batched backwards batch it). Every level
         # writes its rows: only the base's, which no level holds, is zeroed
@@ -383,10 +382,9 @@ class _ShortPoseRows(torch.autograd.Function):
         X0, local, Y = ctx.saved_tensors
         model = ctx.model
         if torch.is_grad_enabled():  # double backward: the compositions inside the graph
-            again = _pose_rows_graph(topology(model), X0, local)
-            wanted = [x for x, n in zip((X0, local), ctx.needs_input_grad) if n]
-            grads = iter(torch.autograd.grad(again, wanted, G, create_graph=True))
-            return (*(next(grads) if n else None for n in ctx.needs_input_grad[:2]), None)
+            def again():
+                return _pose_rows_graph(topology(model), X0, local)
+            return (*differentiated_again(again, (X0, local), ctx.needs_input_grad[:2], G), None)
         R, p = Y[:, :, :3], Y[:, :, 3:]  # (nb, 3, 3, B), (nb, 3, 1, B)
         pt = transpose(p)  # (nb, 1, 3, B)
         QR = matmul(G[:, :, :3], transpose(R)).addcmul_(G[:, :, 3:], pt)  # G Y^T: [G_R R^T + G_p p^T | G_p]
